@@ -1,0 +1,230 @@
+"""The PayloadStore contract: every backend passes every test here."""
+
+from __future__ import annotations
+
+import pickle
+import uuid
+
+import numpy as np
+import pytest
+import torch
+
+from vlrl.store import (
+    DuplicateWriteError,
+    FieldMissingError,
+    KeyMissingError,
+    LocalStore,
+    PayloadStore,
+    PayloadTypeError,
+    RangeError,
+    StoreError,
+)
+
+CHUNK = 4
+"""Tiny chunks so that 10-30 row test fields span several of them."""
+
+
+def _row(n: int = 10, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "token_ids": rng.integers(0, 50_000, n).astype(np.int32),
+        "logprobs": rng.standard_normal(n).astype(np.float32),
+        "loss_mask": rng.random(n) > 0.5,
+        "routing": rng.integers(0, 8, (n, 2, 3)).astype(np.int16),
+    }
+
+
+@pytest.fixture(params=["local", "ray", "transferqueue"])
+def store(request) -> PayloadStore:
+    if request.param == "local":
+        yield LocalStore.Config().build()
+        return
+    request.getfixturevalue("ray_session")
+    name = uuid.uuid4().hex[:8]
+    if request.param == "ray":
+        from vlrl.store.ray_store import RayStore
+
+        built = RayStore.Config(namespace=name, chunk_rows=CHUNK).build()
+    else:
+        from vlrl.store.transferqueue_store import TransferQueueStore
+
+        built = TransferQueueStore.Config(partition=name, chunk_rows=CHUNK).build()
+    yield built
+    built.delete([k for k in (f"k{i}" for i in range(4))], missing_ok=True)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_array_equal(a, b)
+
+
+def test_put_get_round_trip(store):
+    row = _row()
+    store.put("k0", row)
+    got = store.get(["k0"])["k0"]
+    assert sorted(got) == sorted(row)
+    for name in row:
+        _same(got[name], row[name])
+
+
+@pytest.mark.parametrize(
+    "dtype", ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
+)
+def test_every_supported_dtype_round_trips(store, dtype):
+    value = (np.arange(11 * 3).reshape(11, 3) % 7).astype(dtype)
+    store.put("k0", {"x": value})
+    _same(store.get(["k0"], ["x"])["k0"]["x"], value)
+    _same(store.get_range("k0", "x", 3, 9), value[3:9])
+
+
+def test_torch_tensors_are_accepted(store):
+    store.put("k0", {"x": torch.arange(9, dtype=torch.int64)})
+    _same(store.get(["k0"])["k0"]["x"], np.arange(9, dtype=np.int64))
+
+
+def test_get_reads_only_the_named_fields(store):
+    row = _row(n=30)
+    store.put("k0", row)
+    before = store.io_stats().bytes_read
+    got = store.get(["k0"], fields=["logprobs"])
+    assert list(got["k0"]) == ["logprobs"]
+    _same(got["k0"]["logprobs"], row["logprobs"])
+    assert store.io_stats().bytes_read - before == row["logprobs"].nbytes
+
+
+def test_get_several_keys_keeps_their_order(store):
+    rows = [_row(n=5 + i, seed=i) for i in range(3)]
+    for i, row in enumerate(rows):
+        store.put(f"k{i}", row)
+    got = store.get(["k2", "k0", "k1"], fields=["token_ids"])
+    assert list(got) == ["k2", "k0", "k1"]
+    for i in range(3):
+        _same(got[f"k{i}"]["token_ids"], rows[i]["token_ids"])
+
+
+@pytest.mark.parametrize(("start", "stop"), [(0, 1), (3, 9), (4, 8), (0, 30), (29, 30), (7, 23)])
+def test_get_range_matches_slice_and_moves_only_overlapping_chunks(store, start, stop):
+    row = _row(n=30)
+    store.put("k0", row)
+    before = store.io_stats().bytes_read
+    got = store.get_range("k0", "routing", start, stop)
+    _same(got, row["routing"][start:stop])
+    moved = store.io_stats().bytes_read - before
+    row_bytes = row["routing"][0].nbytes
+    assert (stop - start) * row_bytes <= moved <= (stop - start + 2 * (CHUNK - 1)) * row_bytes
+
+
+def test_add_fields_later(store):
+    store.put("k0", _row())
+    advantages = np.linspace(-1, 1, 10, dtype=np.float32)
+    store.add_fields("k0", {"advantages": advantages})
+    _same(store.get(["k0"], ["advantages"])["k0"]["advantages"], advantages)
+    assert "advantages" in store.schema("k0")
+
+
+def test_second_put_of_a_key_is_an_error(store):
+    store.put("k0", _row())
+    with pytest.raises(DuplicateWriteError, match="'k0' was already written"):
+        store.put("k0", {"other": np.zeros(3)})
+
+
+def test_second_write_of_a_field_is_an_error(store):
+    store.put("k0", _row())
+    with pytest.raises(DuplicateWriteError, match=r"already has field\(s\) \['logprobs'\]"):
+        store.add_fields("k0", {"logprobs": np.zeros(10, np.float32)})
+
+
+def test_add_fields_to_a_missing_key_is_an_error(store):
+    with pytest.raises(KeyMissingError, match="'nope' does not exist"):
+        store.add_fields("nope", {"advantages": np.zeros(3)})
+
+
+def test_missing_key_is_named(store):
+    with pytest.raises(KeyMissingError, match="'missing-key' does not exist"):
+        store.get(["missing-key"])
+    with pytest.raises(KeyMissingError, match="'missing-key'"):
+        store.get_range("missing-key", "token_ids", 0, 1)
+
+
+def test_unknown_field_is_named_with_the_fields_that_exist(store):
+    store.put("k0", _row())
+    with pytest.raises(FieldMissingError, match=r"no field\(s\) \['values'\]; it has \['logprobs', 'loss_mask'"):
+        store.get(["k0"], ["values"])
+    with pytest.raises(FieldMissingError, match="values"):
+        store.get_range("k0", "values", 0, 1)
+
+
+@pytest.mark.parametrize(("start", "stop"), [(-1, 3), (5, 5), (6, 2), (0, 11), (10, 12)])
+def test_out_of_range_reads_are_refused(store, start, stop):
+    store.put("k0", _row())
+    with pytest.raises(RangeError, match=rf"'k0'/'logprobs'\[{start}:{stop}\]: expected 0 <= start < stop <= 10"):
+        store.get_range("k0", "logprobs", start, stop)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (np.array(["a", "b"]), "dtype <U1 is not supported"),
+        (np.array([1 + 2j]), "dtype complex128 is not supported"),
+        (np.array([object()]), "dtype object is not supported"),
+        (np.float32(1.0), "got float32; expected a numpy array"),
+        (np.zeros(()), r"shape \(\); expected an array with at least one row"),
+        (np.zeros((0, 3)), r"shape \(0, 3\); expected an array with at least one row"),
+        ([1, 2, 3], "got list; expected a numpy array or a CPU torch tensor"),
+        (torch.zeros(3, dtype=torch.bfloat16), "bfloat16 is not supported"),
+    ],
+)
+def test_bad_values_are_refused_and_nothing_is_written(store, value, message):
+    with pytest.raises(PayloadTypeError, match=message):
+        store.put("k0", {"good": np.zeros(2), "bad": value})
+    assert store.contains(["k0"]) == [False]
+    store.put("k0", {"good": np.zeros(2)})  # the failed put reserved nothing
+
+
+def test_bad_keys_and_field_lists_are_refused(store):
+    with pytest.raises(StoreError, match="must be a list of strings"):
+        store.get("k0")
+    with pytest.raises(StoreError, match="non-empty strings"):
+        store.put("", {"x": np.zeros(1)})
+    with pytest.raises(PayloadTypeError, match="non-empty mapping"):
+        store.put("k0", {})
+    store.put("k0", {"x": np.zeros(1)})
+    with pytest.raises(StoreError, match="non-empty list of field names"):
+        store.get(["k0"], fields="x")
+
+
+def test_delete_frees_keys_and_bytes(store):
+    store.put("k0", _row())
+    store.put("k1", _row())
+    stats = store.stats()
+    assert stats.keys == 2 and stats.bytes == 2 * sum(a.nbytes for a in _row().values())
+    store.delete(["k0"])
+    assert store.contains(["k0", "k1"]) == [False, True]
+    assert store.stats().keys == 1
+    with pytest.raises(KeyMissingError, match="'k0'"):
+        store.get(["k0"])
+    with pytest.raises(KeyMissingError, match=r"cannot delete store key\(s\) \['k0'\]"):
+        store.delete(["k0"])
+    store.delete(["k0", "k1"], missing_ok=True)
+    assert store.stats().keys == 0 and store.stats().bytes == 0
+
+
+def test_a_deleted_key_can_be_written_anew(store):
+    store.put("k0", {"x": np.zeros(3)})
+    store.delete(["k0"])
+    store.put("k0", {"x": np.ones(3)})
+    _same(store.get(["k0"])["k0"]["x"], np.ones(3))
+
+
+def test_schema_reads_no_payload(store):
+    row = _row()
+    store.put("k0", row)
+    before = store.io_stats().bytes_read
+    schema = store.schema("k0")
+    assert schema["routing"].shape == (10, 2, 3) and schema["routing"].dtype == "int16"
+    assert store.io_stats().bytes_read == before
+
+
+def test_local_store_refuses_to_cross_processes():
+    with pytest.raises(StoreError, match="cannot be sent to another"):
+        pickle.dumps(LocalStore())

@@ -1,0 +1,30 @@
+"""The benchmark table: name -> where its ``run(size)`` lives (imported only when it runs)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Benchmark:
+    name: str
+    summary: str
+    module: str
+
+    def load(self) -> Callable[[str], dict[str, Any]]:
+        return importlib.import_module(self.module).run
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in [
+        Benchmark(
+            "store",
+            "payload store put/get throughput per backend; bytes moved by column and range reads vs a full row",
+            "vlrl.bench.store_bench",
+        ),
+    ]
+}

@@ -1,0 +1,120 @@
+"""``vlrl bench store``: the payload store on realistic rollout rows, per backend.
+
+A row is one 4k-token multi-turn sequence: token ids, logprobs, a loss mask and 15 screenshots
+at 1280x720 (about 41 MB, almost all pixels). Rows are written by the driver and read by a
+separate reader actor (for the distributed backends), as a packer or an encoder rank would.
+
+Figures per backend:
+- ``put_mb_s`` / ``get_mb_s``: payload throughput of whole-row writes and reads;
+- ``projection_ratio``: bytes moved by reading one field (logprobs) / bytes of a full-row read;
+- ``range_ratio``: bytes moved by reading a quarter of the tokens of one field / a full-row read;
+- ``range_over_field``: the same range read / reading that whole field (chunking overhead:
+  an unaligned range also moves the rest of the chunks it touches).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+
+TOKENS = 4096
+SCREENSHOTS = 15
+HEIGHT, WIDTH = 720, 1280
+ROWS = {"small": 4, "full": 16}
+
+
+def make_row(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "token_ids": rng.integers(0, 151_000, TOKENS).astype(np.int32),
+        "logprobs": -rng.exponential(1.0, TOKENS).astype(np.float32),
+        "loss_mask": rng.random(TOKENS) > 0.3,
+        "pixels": rng.integers(0, 256, (SCREENSHOTS, HEIGHT, WIDTH, 3), dtype=np.uint8),
+    }
+
+
+def measure_reads(store: Any, keys: list[str]) -> dict[str, float]:
+    """Whole-row read throughput and the bytes moved by projection and range reads."""
+
+    def moved(read) -> int:
+        before = store.io_stats().bytes_read
+        read()
+        return store.io_stats().bytes_read - before
+
+    started = time.perf_counter()
+    full_bytes = moved(lambda: store.get(keys))
+    get_s = time.perf_counter() - started
+    row = moved(lambda: store.get(keys[:1]))
+    field = moved(lambda: store.get(keys[:1], ["logprobs"]))
+    start = TOKENS // 3  # deliberately not chunk-aligned
+    ranged = moved(lambda: store.get_range(keys[0], "logprobs", start, start + TOKENS // 4))
+    return {
+        "get_mb_s": full_bytes / get_s / 1e6,
+        "get_rows_s": len(keys) / get_s,
+        "row_bytes": row,
+        "projection_ratio": field / row,
+        "range_ratio": ranged / row,
+        "range_over_field": ranged / field,
+    }
+
+
+def _bench_backend(name: str, store: Any, rows: list[dict[str, np.ndarray]], reader: Any) -> dict[str, float]:
+    keys = [f"bench/{uuid.uuid4().hex[:8]}/{i}" for i in range(len(rows))]
+    started = time.perf_counter()
+    for key, row in zip(keys, rows):
+        store.put(key, row)
+    put_s = time.perf_counter() - started
+    written = sum(a.nbytes for row in rows for a in row.values())
+    reads = measure_reads(store, keys) if reader is None else reader(store, keys)
+    store.delete(keys)
+    figures = {"put_mb_s": written / put_s / 1e6, "put_rows_s": len(rows) / put_s, **reads}
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in figures.items()}
+
+
+def run(size: str) -> dict[str, Any]:
+    import ray
+
+    from vlrl.store import LocalStore
+    from vlrl.store.ray_store import RayStore
+    from vlrl.store.transferqueue_store import TransferQueueStore
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    rows = [make_row(seed) for seed in range(ROWS[size])]
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        ray.init(num_cpus=4, include_dashboard=False, object_store_memory=3 * 1024**3, log_to_driver=False)
+
+    @ray.remote(num_cpus=0)
+    class Reader:
+        def measure(self, store: Any, keys: list[str]) -> dict[str, float]:
+            return measure_reads(store, keys)
+
+    actor = Reader.remote()
+
+    def remote_reader(store: Any, keys: list[str]) -> dict[str, float]:
+        return ray.get(actor.measure.remote(store, keys))
+
+    tag = uuid.uuid4().hex[:8]
+    backends = {
+        "local": (LocalStore.Config().build(), None),
+        "ray": (RayStore.Config(namespace=f"bench-{tag}").build(), remote_reader),
+        "transferqueue": (TransferQueueStore.Config(partition=f"bench-{tag}").build(), remote_reader),
+    }
+    try:
+        results = {name: _bench_backend(name, store, rows, reader) for name, (store, reader) in backends.items()}
+    finally:
+        for name, (store, _) in backends.items():
+            if name != "local":
+                store.destroy()
+        if started_ray:
+            ray.shutdown()
+    return {
+        "row": {"tokens": TOKENS, "screenshots": SCREENSHOTS, "resolution": f"{WIDTH}x{HEIGHT}", "rows": len(rows)},
+        "backends": results,
+        "projection_ratio": max(r["projection_ratio"] for r in results.values()),
+        "range_ratio": max(r["range_ratio"] for r in results.values()),
+    }

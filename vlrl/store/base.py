@@ -1,0 +1,189 @@
+"""The ``PayloadStore`` contract and the shared front end every backend builds on.
+
+A payload is a set of named fields (arrays) under a key. The contract:
+
+- ``put(key, fields)`` writes a new key once; ``add_fields(key, fields)`` adds fields written
+  later (advantages, teacher scores). Writing an existing key or field again is an error.
+- ``get(keys, fields=...)`` reads only the named fields (column projection);
+  ``get_range(key, field, start, stop)`` reads rows ``[start, stop)`` of one field.
+- ``schema(key)`` returns field specs (shape, dtype) without touching payload bytes.
+- ``delete(keys)`` frees keys; ``stats()`` counts keys and bytes store-wide; ``io_stats()``
+  counts the payload bytes this client moved, which is what the benchmarks report.
+
+Backends differ only in where the bytes live and how a field is read (``_write_fields`` and
+``_read_ranges``); bookkeeping and validation are shared here so all behave the same.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from vlrl.store.errors import PayloadTypeError, StoreError
+from vlrl.store.fields import FieldSpec, as_payload_array, check_range, spec_for
+from vlrl.store.index import StoreStats
+
+
+@dataclass(frozen=True, slots=True)
+class IOStats:
+    """Payload bytes this client moved (reads count what crossed to it, not what it asked for)."""
+
+    bytes_read: int = 0
+    bytes_written: int = 0
+    reads: int = 0
+    writes: int = 0
+
+
+@runtime_checkable
+class PayloadStore(Protocol):
+    def put(self, key: str, fields: Mapping[str, Any]) -> None: ...
+    def add_fields(self, key: str, fields: Mapping[str, Any]) -> None: ...
+    def get(self, keys: Sequence[str], fields: Sequence[str] | None = None) -> dict[str, dict[str, np.ndarray]]: ...
+    def get_range(self, key: str, field: str, start: int, stop: int) -> np.ndarray: ...
+    def schema(self, key: str) -> dict[str, FieldSpec]: ...
+    def contains(self, keys: Sequence[str]) -> list[bool]: ...
+    def delete(self, keys: Sequence[str], *, missing_ok: bool = False) -> None: ...
+    def stats(self) -> StoreStats: ...
+    def io_stats(self) -> IOStats: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RangeRead:
+    """One backend read: rows ``[start, stop)`` of a stored field."""
+
+    key: str
+    name: str
+    spec: FieldSpec
+    handles: Any
+    start: int
+    stop: int
+
+
+class IndexedStore(ABC):
+    """Validation, write-once bookkeeping and I/O accounting over a key index."""
+
+    def __init__(self, chunk_rows: int) -> None:
+        self._chunk_rows = chunk_rows
+        self._io_lock = threading.Lock()
+        self._io = IOStats()
+
+    # -- backend hooks ---------------------------------------------------------------------
+
+    @abstractmethod
+    def _index(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``KeyIndex.<method>`` wherever this backend keeps its index."""
+
+    def _write_fields(self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec]) -> dict[str, Any]:
+        """Store the arrays of one key; return a handle per field for the index.
+
+        Backends implement this, or override ``_store_fields`` when their index writes the data.
+        """
+        raise NotImplementedError(f"{type(self).__name__} implements neither _write_fields nor _store_fields")
+
+    @abstractmethod
+    def _read_ranges(self, reads: list[RangeRead]) -> list[np.ndarray]:
+        """Return the requested rows of each read, moving as few bytes as the backend can."""
+
+    def _free(self, dropped: list[dict[str, tuple[FieldSpec, Any]]], keys: list[str]) -> None:
+        """Release storage of deleted keys (the index already forgot them)."""
+
+    # -- public API --------------------------------------------------------------------------
+
+    def put(self, key: str, fields: Mapping[str, Any]) -> None:
+        self._write(key, fields, new_key=True)
+
+    def add_fields(self, key: str, fields: Mapping[str, Any]) -> None:
+        self._write(key, fields, new_key=False)
+
+    def get(self, keys: Sequence[str], fields: Sequence[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
+        keys = _check_keys(keys)
+        names = None if fields is None else _check_field_names(fields)
+        entries = self._index("lookup", keys, names)
+        reads = [
+            RangeRead(key, name, spec, handles, 0, spec.rows)
+            for key, row in zip(keys, entries)
+            for name, (spec, handles) in row.items()
+        ]
+        arrays = iter(self._read_ranges(reads))
+        return {key: {name: next(arrays) for name in row} for key, row in zip(keys, entries)}
+
+    def get_range(self, key: str, field: str, start: int, stop: int) -> np.ndarray:
+        (key,) = _check_keys([key])
+        ((spec, handles),) = self._index("lookup", [key], [field])[0].values()
+        check_range(key, field, spec, start, stop)
+        return self._read_ranges([RangeRead(key, field, spec, handles, int(start), int(stop))])[0]
+
+    def schema(self, key: str) -> dict[str, FieldSpec]:
+        return self._index("schema", _check_keys([key])[0])
+
+    def contains(self, keys: Sequence[str]) -> list[bool]:
+        return self._index("contains", _check_keys(keys))
+
+    def delete(self, keys: Sequence[str], *, missing_ok: bool = False) -> None:
+        keys = _check_keys(keys)
+        dropped = self._index("delete", keys, missing_ok=missing_ok)
+        self._free(dropped, keys)
+
+    def stats(self) -> StoreStats:
+        return self._index("stats")
+
+    def io_stats(self) -> IOStats:
+        with self._io_lock:
+            return self._io
+
+    def close(self) -> None:
+        """Drop this client's connections; stored payloads stay for other clients."""
+
+    # -- shared machinery --------------------------------------------------------------------
+
+    def _write(self, key: str, fields: Mapping[str, Any], *, new_key: bool) -> None:
+        (key,) = _check_keys([key])
+        if not isinstance(fields, Mapping) or not fields:
+            raise PayloadTypeError(f"store key {key!r}: fields must be a non-empty mapping of name -> array")
+        arrays = {name: as_payload_array(key, name, value) for name, value in fields.items()}
+        specs = {name: spec_for(array, self._chunk_rows) for name, array in arrays.items()}
+        self._store_fields(key, arrays, specs, new_key=new_key)
+        self._count(written=sum(a.nbytes for a in arrays.values()))
+
+    def _store_fields(
+        self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec], *, new_key: bool
+    ) -> None:
+        """Reserve the names, write the data, commit; a failed write releases the names."""
+        self._index("reserve", key, specs, new_key=new_key)
+        try:
+            handles = self._write_fields(key, arrays, specs)
+        except BaseException:
+            self._index("abort", key, list(specs))
+            raise
+        self._index("commit", key, handles)
+
+    def _count(self, *, read: int = 0, written: int = 0) -> None:
+        with self._io_lock:
+            io = self._io
+            self._io = IOStats(
+                bytes_read=io.bytes_read + read,
+                bytes_written=io.bytes_written + written,
+                reads=io.reads + (read > 0),
+                writes=io.writes + (written > 0),
+            )
+
+
+def _check_keys(keys: Sequence[str]) -> list[str]:
+    if isinstance(keys, str) or not isinstance(keys, Sequence):
+        raise StoreError(f"store keys must be a list of strings, got {type(keys).__name__}")
+    bad = [k for k in keys if not isinstance(k, str) or not k]
+    if bad:
+        raise StoreError(f"store keys must be non-empty strings, got {bad[:3]!r}")
+    return list(keys)
+
+
+def _check_field_names(fields: Sequence[str]) -> list[str]:
+    if isinstance(fields, str) or not isinstance(fields, Sequence) or not fields:
+        raise StoreError(f"fields must be a non-empty list of field names, got {fields!r}")
+    return list(fields)

@@ -1,0 +1,112 @@
+"""The key index: which fields each key has, their specs, and backend handles to their chunks.
+
+One index serves a whole store. The local backend holds it in-process; the distributed
+backends hold it in one Ray actor so that every process sees the same keys and the
+write-once rule is decided in one place. It holds small records only (specs and handles such
+as ObjectRefs), never payload arrays of the distributed backends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vlrl.store.errors import DuplicateWriteError, FieldMissingError, KeyMissingError
+from vlrl.store.fields import FieldSpec
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Store-wide totals: committed keys and payload bytes."""
+
+    keys: int
+    bytes: int
+
+
+@dataclass(slots=True)
+class _Entry:
+    spec: FieldSpec
+    handles: Any = None
+    committed: bool = False
+
+
+class KeyIndex:
+    """Write-once bookkeeping. A write is ``reserve`` (claims the names) then ``commit``."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, dict[str, _Entry]] = {}
+        self._bytes = 0
+
+    def reserve(self, key: str, specs: dict[str, FieldSpec], *, new_key: bool) -> None:
+        """Claim ``specs`` under ``key``; ``new_key`` distinguishes ``put`` from ``add_fields``."""
+        row = self._rows.get(key)
+        if new_key and row is not None:
+            raise DuplicateWriteError(
+                f"store key {key!r} was already written (fields {sorted(row)}); payloads are written once, "
+                "use add_fields for fields written later"
+            )
+        if not new_key:
+            if row is None or not any(e.committed for e in row.values()):
+                raise KeyMissingError(f"store key {key!r} does not exist; add_fields needs a key written by put")
+            taken = sorted(set(specs) & set(row))
+            if taken:
+                raise DuplicateWriteError(f"store key {key!r} already has field(s) {taken}; fields are written once")
+        row = self._rows.setdefault(key, {})
+        for name, spec in specs.items():
+            row[name] = _Entry(spec)
+
+    def commit(self, key: str, handles: dict[str, Any]) -> None:
+        row = self._rows[key]
+        for name, handle in handles.items():
+            entry = row[name]
+            entry.handles, entry.committed = handle, True
+            self._bytes += entry.spec.nbytes
+
+    def abort(self, key: str, names: list[str]) -> None:
+        """Release a reservation whose data write failed."""
+        row = self._rows.get(key, {})
+        for name in names:
+            if name in row and not row[name].committed:
+                del row[name]
+        if key in self._rows and not row:
+            del self._rows[key]
+
+    def lookup(self, keys: list[str], fields: list[str] | None) -> list[dict[str, tuple[FieldSpec, Any]]]:
+        """Specs and handles of the named fields (all committed fields when ``fields`` is None)."""
+        out = []
+        for key in keys:
+            row = self._committed_row(key)
+            names = list(row) if fields is None else fields
+            missing = [n for n in names if n not in row]
+            if missing:
+                raise FieldMissingError(f"store key {key!r} has no field(s) {missing}; it has {sorted(row)}")
+            out.append({n: (row[n].spec, row[n].handles) for n in names})
+        return out
+
+    def schema(self, key: str) -> dict[str, FieldSpec]:
+        return {name: entry.spec for name, entry in self._committed_row(key).items()}
+
+    def contains(self, keys: list[str]) -> list[bool]:
+        return [any(e.committed for e in self._rows.get(k, {}).values()) for k in keys]
+
+    def delete(self, keys: list[str], *, missing_ok: bool = False) -> list[dict[str, tuple[FieldSpec, Any]]]:
+        """Forget ``keys``; returns what was stored so the backend can free it."""
+        if not missing_ok:
+            absent = [k for k in keys if not self.contains([k])[0]]
+            if absent:
+                raise KeyMissingError(f"cannot delete store key(s) {absent[:5]}: not written or already deleted")
+        dropped = []
+        for key in keys:
+            row = self._rows.pop(key, {})
+            self._bytes -= sum(e.spec.nbytes for e in row.values() if e.committed)
+            dropped.append({n: (e.spec, e.handles) for n, e in row.items() if e.committed})
+        return dropped
+
+    def stats(self) -> StoreStats:
+        return StoreStats(keys=sum(self.contains(list(self._rows))), bytes=self._bytes)
+
+    def _committed_row(self, key: str) -> dict[str, _Entry]:
+        row = {n: e for n, e in self._rows.get(key, {}).items() if e.committed}
+        if not row:
+            raise KeyMissingError(f"store key {key!r} does not exist (never written, or deleted)")
+        return row

@@ -1,0 +1,79 @@
+"""Payload store on the Ray object store.
+
+Each field is cut into chunks of ``chunk_rows`` rows and each chunk is its own Ray object, so a
+column read fetches only that field's objects and a range read only the chunks it overlaps.
+
+Ownership: a Ray object dies with the process that owns it, normally the writer (a rollout host
+that may exit or crash). Writers therefore hand their chunks to the store's index shard for the
+key (``remote_index.StoreShard``), which puts them and so owns them: payloads outlive their
+writers and any actor in the cluster reads them straight from the object store. Shards hold
+ObjectRefs and specs; readers never go through them for payload bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import numpy as np
+import ray
+
+from vlrl.config import Ge, NonEmpty
+from vlrl.store.base import IndexedStore, RangeRead
+from vlrl.store.errors import StoreStartupError
+from vlrl.store.fields import FieldSpec, join_chunks, split_chunks
+from vlrl.store.remote_index import ShardedIndex
+
+
+class RayStore(IndexedStore):
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        """Payloads in the Ray object store, readable from every actor of the cluster."""
+
+        namespace: Annotated[str, NonEmpty()] = "default"
+        """Stores with the same namespace in one Ray cluster are the same store."""
+
+        chunk_rows: Annotated[int, Ge(1)] = 1024
+        """Rows (tokens) per stored object; smaller chunks make range reads tighter but add objects."""
+
+        shards: Annotated[int, Ge(1)] = 2
+        """Index/owner actors; writes of different keys proceed in parallel across shards."""
+
+        def build(self) -> RayStore:
+            if not ray.is_initialized():
+                raise StoreStartupError("RayStore needs a running Ray: call ray.init() (or ray.init(address=...))")
+            return RayStore(self, ShardedIndex(f"ray-store/{self.namespace}", self.shards))
+
+    def __init__(self, config: RayStore.Config, index: ShardedIndex) -> None:
+        super().__init__(chunk_rows=config.chunk_rows)
+        self._config = config
+        self._shards = index
+
+    def __reduce__(self) -> Any:
+        return RayStore, (self._config, self._shards)
+
+    def destroy(self) -> None:
+        """Free every payload of this namespace by ending its shards (the objects' owners)."""
+        self._shards.kill()
+
+    def _index(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._shards.call(method, *args, **kwargs)
+
+    def _store_fields(
+        self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec], *, new_key: bool
+    ) -> None:
+        chunks = {name: split_chunks(array, specs[name]) for name, array in arrays.items()}
+        self._shards.write(key, specs, chunks, new_key)
+
+    def _read_ranges(self, reads: list[RangeRead]) -> list[np.ndarray]:
+        wanted = [read.spec.chunks_overlapping(read.start, read.stop) for read in reads]
+        refs = [read.handles[i] for read, ids in zip(reads, wanted) for i in ids]
+        chunks = iter(ray.get(refs))
+        out = []
+        moved = 0
+        for read, ids in zip(reads, wanted):
+            parts = [next(chunks) for _ in ids]
+            moved += sum(p.nbytes for p in parts)
+            out.append(join_chunks(parts, read.spec, ids.start, read.start, read.stop))
+        self._count(read=moved)
+        return out
