@@ -14,7 +14,7 @@ CPUs before start and the start itself runs under a timeout.
 
 from __future__ import annotations
 
-import logging
+import os
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
@@ -31,6 +31,7 @@ from vlrl.store.fields import FieldSpec, join_chunks, split_chunks
 from vlrl.store.remote_index import ShardedIndex
 
 _CONTROLLER = ("TransferQueueController", "transfer_queue")
+os.environ.setdefault("TQ_LOGGING_LEVEL", "ERROR")  # its per-call thread-count warnings are noise here
 
 
 def _column(name: str, chunk: int) -> str:
@@ -141,7 +142,6 @@ def _start_transferqueue(config: TransferQueueStore.Config) -> None:
     import transfer_queue
     from omegaconf import OmegaConf
 
-    logging.getLogger("transfer_queue").setLevel(logging.ERROR)
     try:
         ray.get_actor(*_CONTROLLER)
         running = True

@@ -1,0 +1,37 @@
+"""`vlrl bench store --json` end to end, in its own process with its own Ray and TransferQueue."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+def test_store_bench_prints_every_backend_and_the_ratios_as_last_json_line():
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    done = subprocess.run(
+        [sys.executable, "-m", "vlrl.cli", "bench", "store", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(result["backends"]) == {"local", "ray", "transferqueue"}
+    for name, figures in result["backends"].items():
+        assert figures["put_mb_s"] > 0 and figures["get_mb_s"] > 0, name
+        # One 4k-token float32 field out of a ~41 MB row; a quarter of it, chunk-rounded.
+        assert figures["projection_ratio"] < 0.001, name
+        assert figures["range_ratio"] <= figures["projection_ratio"] / 2, name
+        assert figures["range_over_field"] <= 0.5, name
+
+
+def test_bench_list_names_the_store_benchmark():
+    done = subprocess.run([sys.executable, "-m", "vlrl.cli", "bench", "--list"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("store ")

@@ -1,0 +1,197 @@
+"""``--set a.b=c`` overrides, each value parsed by the annotated type of the field it sets.
+
+Values: ``int``; ``float`` (``1e-3``); ``bool`` (``true/false/1/0/yes/no``); ``str`` as written;
+a ``Literal`` option; ``none``/``null`` for an optional field; lists and tuples as JSON
+(``[1, 2]``) or comma-separated (``1,2``); dicts as JSON. A field whose type is a config, or a
+union of configs, takes the name of the config to use (``store=RayStore`` picks ``RayStore.Config``
+with its defaults); later overrides then set its fields (``store.namespace=eval``). Selecting the
+config that is already there keeps its values. Configs inside a list are reached by index
+(``sources[0].weight=2``); a list itself is set whole.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import json
+import types
+from collections.abc import Iterable
+from pathlib import PurePath
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from vlrl.config.schema import (
+    ConfigError,
+    config_name,
+    describe_type,
+    field_types,
+    is_config,
+    is_config_type,
+    item_types_of,
+    join_path,
+    split_annotated,
+    union_members,
+    validate,
+)
+
+C = TypeVar("C")
+
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
+_NONE = {"none", "null"}
+
+
+def apply_overrides(cfg: C, overrides: Iterable[str]) -> C:
+    """A validated deep copy of ``cfg`` with each ``dotted.key=value`` applied in order."""
+    cfg = copy.deepcopy(cfg)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(key, item, "an override KEY=VALUE, such as store.chunk_rows=1024", got=repr(item))
+        _set(cfg, key, raw)
+    return validate(cfg)
+
+
+def _set(root: Any, key: str, raw: str) -> None:
+    *parents, name = key.split(".")
+    node, path = root, ""
+    for part in parents:
+        node, path = _descend(node, part, path)
+    tp = _field_type(node, name, path)
+    setattr(node, name, _parse(raw, tp, join_path(path, name), getattr(node, name)))
+
+
+def _descend(node: Any, part: str, path: str) -> tuple[Any, str]:
+    """The config under ``part`` of ``node``: a field, or an item of a list of configs (``sources[0]``)."""
+    name, *indices = part.split("[")
+    _field_type(node, name, path)
+    node, path = getattr(node, name), join_path(path, name)
+    for index in indices:
+        digits = index.removesuffix("]")
+        found = index.endswith("]") and digits.isdigit() and isinstance(node, (list, tuple))
+        if not (found and int(digits) < len(node)):
+            raise ConfigError(path, node, f"a list with an item [{digits}]")
+        node, path = node[int(digits)], f"{path}[{digits}]"
+    return node, path
+
+
+def _field_type(node: Any, name: str, path: str) -> Any:
+    """The annotated type of field ``name`` of the config at ``path``; ConfigError if there is none."""
+    if not is_config(node):
+        expected = f"a config with a field {name!r}"
+        hint = f"select one first with {path}=NAME" if node is None else ""
+        raise ConfigError(path, node, expected, hint=hint)
+    names = [f.name for f in dataclasses.fields(node)]
+    if name not in names:
+        close = _suggest(name, names)
+        raise ConfigError(
+            join_path(path, name),
+            name,
+            f"a field of {type(node).__qualname__}: {', '.join(names)}",
+            got=f"unknown key {name!r}",
+            hint=f"did you mean {join_path(path, close)!r}?" if close else "",
+        )
+    return field_types(type(node))[name]
+
+
+def _suggest(word: str, options: list[str]) -> str | None:
+    """The option a mistyped ``word`` most likely meant: its start in any case, or a close spelling."""
+    starts = [option for option in options if word and option.lower().startswith(word.lower())]
+    close = starts or difflib.get_close_matches(word, options, n=1)
+    return close[0] if close else None
+
+
+def _parse(raw: str, tp: Any, path: str, current: Any) -> Any:
+    members = union_members(tp)
+    configs = {config_name(m): m for m in members if is_config_type(m)}
+    if configs:
+        return _select_config(raw, configs, types.NoneType in members, path, current)
+    try:
+        return _parse_value(raw, tp)
+    except ValueError:
+        raise ConfigError(path, raw, describe_type(tp), got=repr(raw)) from None
+
+
+def _select_config(raw: str, configs: dict[str, type], optional: bool, path: str, current: Any) -> Any:
+    name = raw.strip()
+    if optional and name.lower() in _NONE:
+        return None
+    cls = configs.get(name) or next((c for c in configs.values() if c.__qualname__ == name), None)
+    if cls is None:
+        options = [*configs, *(["none"] if optional else [])]
+        close = _suggest(name, options)
+        hint = f"did you mean {close!r}?" if close else ""
+        raise ConfigError(path, raw, f"the name of a config: {', '.join(options)}", got=repr(raw), hint=hint)
+    if type(current) is cls:
+        return current
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if required:
+        expected = f"a config with a default for every field; {cls.__qualname__} requires {', '.join(required)}"
+        raise ConfigError(path, raw, expected, got=repr(raw), hint="set it in a recipe instead")
+    return cls()
+
+
+def _parse_value(raw: str, tp: Any) -> Any:
+    """``raw`` as a value of type ``tp``; ValueError when it is not one."""
+    tp, _ = split_annotated(tp)
+    origin = get_origin(tp)
+    text = raw.strip()
+    members = union_members(tp)
+    if len(members) > 1:
+        if types.NoneType in members and text.lower() in _NONE:
+            return None
+        for member in members:
+            try:
+                return _parse_value(raw, member)
+            except ValueError:
+                continue
+        raise ValueError(raw)
+    if tp is Any or tp is object or tp is str:
+        return raw
+    if tp is types.NoneType and text.lower() in _NONE:
+        return None
+    if origin is Literal:
+        for option in get_args(tp):
+            if (option if isinstance(option, str) else str(option)) == raw:
+                return option
+        raise ValueError(raw)
+    if tp is bool and text.lower() in _TRUE | _FALSE:
+        return text.lower() in _TRUE
+    if tp is int:
+        return int(text)
+    if tp is float:
+        return float(text)
+    if tp in (list, tuple, dict) or origin in (list, tuple, dict):
+        return _parse_container(text, tp)
+    if isinstance(tp, type) and issubclass(tp, PurePath):
+        return tp(raw)
+    raise ValueError(raw)
+
+
+def _parse_container(text: str, tp: Any) -> Any:
+    container = get_origin(tp) or tp
+    if text.startswith(("[", "{")):
+        return _from_json(json.loads(text), tp)
+    if container is dict:
+        raise ValueError(text)
+    items = [item.strip() for item in text.split(",")] if text else []
+    parsed = [_parse_value(item, t) for item, t in zip(items, item_types_of(tp, len(items)))]
+    return parsed if container is list else tuple(parsed)
+
+
+def _from_json(data: Any, tp: Any) -> Any:
+    """Decoded JSON shaped to ``tp``: tuples where tuples are declared, dict keys parsed."""
+    tp, _ = split_annotated(tp)
+    container = get_origin(tp) or tp
+    if isinstance(data, list) and container in (list, tuple):
+        items = [_from_json(item, t) for item, t in zip(data, item_types_of(tp, len(data)))]
+        return items if container is list else tuple(items)
+    if isinstance(data, dict) and container is dict:
+        key_type, value_type = get_args(tp) or (Any, Any)
+        return {_parse_value(key, key_type): _from_json(item, value_type) for key, item in data.items()}
+    return data  # scalars (and mismatched shapes) as decoded; validate() reports the mismatch
