@@ -1,0 +1,43 @@
+"""Multimodal items: canonical image pixels, their content hash, metadata and store rows.
+
+Every image is reduced once, at the edge, to canonical RGB ``uint8`` ``[H, W, 3]``
+(``decode_image``). Its identity is the ``content_hash`` of that form; the control plane sees
+only ``MMItemMeta`` (hash, size, store key, patch grid, token count), and the pixels live once
+in the payload store under ``image_store_key(hash)``, field ``PIXELS_FIELD``.
+"""
+
+from vlrl.mm.canonical import require_canonical
+from vlrl.mm.content_hash import content_hash
+from vlrl.mm.errors import ImageError
+from vlrl.mm.image_io import (
+    ACCEPTED_FORMATS,
+    DEFAULT_MAX_PIXELS,
+    MAX_SIDE,
+    ImageFormat,
+    ImageSource,
+    decode_image,
+    encode_image,
+)
+from vlrl.mm.item import PIXELS_FIELD, MMItemMeta, describe_image, image_store_key
+from vlrl.mm.patch_grid import PatchRule, smart_resize
+from vlrl.mm.store_images import store_image
+
+__all__ = [
+    "ACCEPTED_FORMATS",
+    "DEFAULT_MAX_PIXELS",
+    "MAX_SIDE",
+    "PIXELS_FIELD",
+    "ImageError",
+    "ImageFormat",
+    "ImageSource",
+    "MMItemMeta",
+    "PatchRule",
+    "content_hash",
+    "decode_image",
+    "describe_image",
+    "encode_image",
+    "image_store_key",
+    "require_canonical",
+    "smart_resize",
+    "store_image",
+]
