@@ -1,0 +1,27 @@
+"""The harness contract shared by every harness codebase: typed actions, observations, the
+gymnasium-shaped ``Harness`` base class, registration by id, and the checker."""
+
+from vlrl.harness.actions import ACTION_KINDS, NAMED_KEYS, Action, ActionKind
+from vlrl.harness.base import Harness, StepResult
+from vlrl.harness.checker import HarnessContractError, check_harness
+from vlrl.harness.errors import ActionError, HarnessError
+from vlrl.harness.observation import Observation
+from vlrl.harness.registry import make, register, registered, resolve
+
+__all__ = [
+    "ACTION_KINDS",
+    "NAMED_KEYS",
+    "Action",
+    "ActionError",
+    "ActionKind",
+    "Harness",
+    "HarnessContractError",
+    "HarnessError",
+    "Observation",
+    "StepResult",
+    "check_harness",
+    "make",
+    "register",
+    "registered",
+    "resolve",
+]
