@@ -9,7 +9,7 @@ PYTHON=${PYTHON:-python3}
 VENV=.venv
 # torch/torchvision: the pair this machine kind serves from local disk (CUDA build, runs on CPU).
 TORCH_PINS=(torch==2.14.1 torchvision==0.29.1)
-APT_PACKAGES=()  # harnesses add chromium chromium-driver here when they need them
+APT_PACKAGES=(chromium chromium-driver)  # the browser and MiniWoB++ harnesses drive Debian's Chromium
 EXTRAS=${VLRL_EXTRAS:-dev}
 
 stamp_now=$( { cat pyproject.toml scripts/setup.sh; echo "${TORCH_PINS[*]} $EXTRAS"; } | sha256sum | cut -c1-16)

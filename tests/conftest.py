@@ -7,6 +7,9 @@ import os
 import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Ray workers inherit this environment: let them import test-only harnesses from ``tests``.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 RAY_LOGICAL_CPUS = 8

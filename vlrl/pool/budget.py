@@ -1,0 +1,54 @@
+"""Splitting a fixed budget of host actors among the loop pool and one env pool per codebase.
+
+Shares are set once at start-up and do not follow the data mixture scheduled each step: a pool's
+size is a deployment decision (how much of the machine each codebase may use), the mixture is a
+training decision (how much of each batch each source contributes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from vlrl.config import ConfigError, Ge
+
+LOOP_POOL = "loop"
+"""Name of the model-side pool in a budget's shares; every other name is a harness codebase."""
+
+
+@dataclass(kw_only=True, slots=True)
+class HostBudget:
+    """A fixed number of host actors and each pool's share of them."""
+
+    total_hosts: Annotated[int, Ge(2)] = 4
+    """Host actors in all pools together (a loop pool and at least one env pool)."""
+
+    shares: dict[str, float] = field(default_factory=lambda: {LOOP_POOL: 1.0, "desktop": 1.0})
+    """Relative share of each pool: 'loop' for Agent Loops, one entry per harness codebase."""
+
+    def check(self) -> None:
+        if LOOP_POOL not in self.shares:
+            raise ConfigError("shares", self.shares, f"an entry for the {LOOP_POOL!r} pool")
+        if len(self.shares) < 2:
+            raise ConfigError("shares", self.shares, "the loop pool and at least one harness codebase")
+        for name, share in self.shares.items():
+            if not share > 0:
+                raise ConfigError(f"shares[{name!r}]", share, "a share > 0")
+        if self.total_hosts < len(self.shares):
+            raise ConfigError(
+                "total_hosts", self.total_hosts, f"at least one host per pool ({len(self.shares)} pools)"
+            )
+
+    def sizes(self) -> dict[str, int]:
+        """Hosts per pool: proportional to shares (largest remainder), at least one each."""
+        self.check()
+        total = sum(self.shares.values())
+        exact = {name: self.total_hosts * share / total for name, share in self.shares.items()}
+        sizes = {name: max(1, int(value)) for name, value in exact.items()}
+        by_remainder = sorted(exact, key=lambda n: exact[n] - int(exact[n]), reverse=True)
+        for name in by_remainder[: max(0, self.total_hosts - sum(sizes.values()))]:
+            sizes[name] += 1
+        while sum(sizes.values()) > self.total_hosts:  # minimums pushed us over: trim the most over-served
+            name = max((n for n in sizes if sizes[n] > 1), key=lambda n: sizes[n] - exact[n])
+            sizes[name] -= 1
+        return sizes

@@ -1,0 +1,160 @@
+"""Env host: one process that imports one harness codebase and hosts many harness instances.
+
+Harness calls block (rendering, browsers), so each runs on a thread: a shared pool, or a
+dedicated thread per instance for harnesses whose objects are bound to the thread that made
+them (sync Playwright). Instances are leased per episode and kept warm for the next lease with
+the same settings, so a browser is launched once, not once per episode. A harness call that
+raises reaches the caller as that exception; the host and the other instances go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from vlrl.harness import Action, Harness, HarnessError, Observation, StepResult
+from vlrl.pool.host_config import HostConfig
+
+
+class HostFullError(RuntimeError):
+    """The host already runs ``max_tenants`` instances; the pool should have queued the lease."""
+
+
+@dataclass(slots=True)
+class _Instance:
+    harness: Harness
+    executor: ThreadPoolExecutor
+    settings_key: str
+    dedicated: bool
+    broken: bool = False
+
+
+class EnvHost:
+    def __init__(self, index: int, factory: Callable[..., Harness], config: HostConfig) -> None:
+        self._index = index
+        self._factory = factory
+        self._config = config
+        self._thread_bound = bool(getattr(factory, "thread_bound", False))
+        self._threads = ThreadPoolExecutor(config.threads, thread_name_prefix=f"env-host-{index}")
+        self._leased: dict[str, _Instance] = {}
+        self._idle: dict[str, list[_Instance]] = defaultdict(list)
+
+    async def open(self, instance_id: str, settings: dict[str, Any]) -> None:
+        if instance_id in self._leased:
+            raise HarnessError(f"harness instance {instance_id!r} is already open on env host {self._index}")
+        key = json.dumps(settings, sort_keys=True, default=str)
+        if self._idle[key]:
+            self._leased[instance_id] = self._idle[key].pop()
+            return
+        if len(self._leased) + self._idle_count() >= self._config.max_tenants:
+            if not await self._close_one_idle():
+                raise HostFullError(f"env host {self._index} holds {self._config.max_tenants} instances already")
+        executor = (
+            ThreadPoolExecutor(1, thread_name_prefix=f"env-{instance_id}") if self._thread_bound else self._threads
+        )
+        harness = await self._call(executor, lambda: self._factory(**settings))
+        self._leased[instance_id] = _Instance(harness, executor, key, dedicated=self._thread_bound)
+
+    async def reset(self, instance_id: str, seed: int | None, options: dict[str, Any] | None) -> tuple[Observation, dict]:
+        instance = self._instance(instance_id)
+        return await self._guarded(instance, lambda: instance.harness.reset(seed=seed, options=options))
+
+    async def step(self, instance_id: str, action: Action) -> StepResult:
+        instance = self._instance(instance_id)
+        return await self._guarded(instance, lambda: instance.harness.step(action))
+
+    async def oracle(self, instance_id: str) -> Action | None:
+        instance = self._instance(instance_id)
+        return await self._guarded(instance, instance.harness.oracle)
+
+    async def release(self, instance_id: str) -> None:
+        """End a lease; a healthy instance stays warm for the next lease with the same settings."""
+        instance = self._leased.pop(instance_id, None)
+        if instance is None:
+            return
+        if instance.broken:
+            await self._close(instance)
+        else:
+            self._idle[instance.settings_key].append(instance)
+
+    async def release_tenant(self, tenant_id: str) -> None:
+        """End every lease of one tenant run (its loop host died before it could release them)."""
+        for instance_id in [i for i in self._leased if i.startswith(f"{tenant_id}/")]:
+            await self.release(instance_id)
+
+    async def in_flight(self) -> int:
+        return len(self._leased)
+
+    async def instances(self) -> int:
+        return len(self._leased) + self._idle_count()
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+    async def shutdown(self) -> None:
+        """Close every instance, leased or idle (no orphan browser processes)."""
+        everything = list(self._leased.values()) + [i for idle in self._idle.values() for i in idle]
+        self._leased.clear()
+        self._idle.clear()
+        await asyncio.gather(*(self._close(i) for i in everything))
+        self._threads.shutdown(wait=False)
+
+    def _instance(self, instance_id: str) -> _Instance:
+        try:
+            return self._leased[instance_id]
+        except KeyError:
+            raise HarnessError(f"harness instance {instance_id!r} is not open on env host {self._index}") from None
+
+    async def _guarded(self, instance: _Instance, fn: Callable[[], Any]) -> Any:
+        """Run one harness call; an instance whose call timed out is never reused."""
+        try:
+            return await self._call(instance.executor, fn)
+        except asyncio.TimeoutError:
+            instance.broken = True
+            raise HarnessError(
+                f"harness call on env host {self._index} ran longer than {self._config.tenant_timeout_s:g} s"
+            ) from None
+
+    async def _call(self, executor: ThreadPoolExecutor, fn: Callable[[], Any]) -> Any:
+        future = asyncio.get_running_loop().run_in_executor(executor, fn)
+        return await asyncio.wait_for(future, self._config.tenant_timeout_s)
+
+    async def _close(self, instance: _Instance) -> None:
+        try:
+            await self._call(instance.executor, instance.harness.close)
+        finally:
+            if instance.dedicated:
+                instance.executor.shutdown(wait=False)
+
+    async def _close_one_idle(self) -> bool:
+        for idle in self._idle.values():
+            if idle:
+                await self._close(idle.pop())
+                return True
+        return False
+
+    def _idle_count(self) -> int:
+        return sum(len(idle) for idle in self._idle.values())
+
+
+def env_host_actor(index: int, factory: Callable[..., Harness], config: HostConfig, name: str) -> Any:
+    """Start one env host actor with explicit limits."""
+    return (
+        ray.remote(EnvHost)
+        .options(
+            name=name,
+            namespace="vlrl",
+            num_cpus=config.cpus,
+            max_concurrency=config.max_concurrency,
+            scheduling_strategy="SPREAD",
+        )
+        .remote(index, factory, config)
+    )

@@ -1,0 +1,105 @@
+"""What runs on a loop host: tenants, their context, and how their runs end.
+
+A tenant is a small picklable object with ``async run(ctx)``; many run on one host's event
+loop. ``ctx`` gives it the host's shared resources, a thread pool for blocking work, and the
+harness instance the driver leased for it on an env host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
+
+from ray.exceptions import RayActorError
+
+from vlrl.harness import Action, Observation, StepResult
+
+T = TypeVar("T")
+
+Status = Literal["ok", "failed", "timeout", "loop_host_died", "env_host_died", "rejected"]
+
+
+class Tenant(Protocol):
+    async def run(self, ctx: TenantContext) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TenantOutcome:
+    """How one tenant run ended; ``error`` says why when it did not end ``ok``."""
+
+    tenant_id: str
+    status: Status
+    value: Any = None
+    error: str | None = None
+    host: int | None = None
+    attempts: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class EnvAssignment:
+    """The env host the driver chose for one tenant (fewest leased instances in its pool)."""
+
+    host: Any
+    host_index: int
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+class EnvSession:
+    """A tenant's harness instance on an env host: every call is one Ray call to that host."""
+
+    def __init__(self, assignment: EnvAssignment, instance_id: str) -> None:
+        self._host = assignment.host
+        self.instance_id = instance_id
+
+    async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict]:
+        return await self._host.reset.remote(self.instance_id, seed, options)
+
+    async def step(self, action: Action) -> StepResult:
+        return await self._host.step.remote(self.instance_id, action)
+
+    async def oracle(self) -> Action | None:
+        return await self._host.oracle.remote(self.instance_id)
+
+    async def release(self) -> None:
+        await self._host.release.remote(self.instance_id)
+
+
+class TenantContext:
+    """Per-tenant view of its host; cleanups run when the tenant ends, however it ends."""
+
+    def __init__(
+        self,
+        tenant_id: str,
+        shared: dict[str, Any],
+        run_blocking: Callable[..., Any],
+        env: EnvAssignment | None,
+    ) -> None:
+        self.tenant_id = tenant_id
+        self.shared = shared
+        self._run_blocking = run_blocking
+        self._env = env
+        self._sessions: list[EnvSession] = []
+
+    async def to_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run blocking work on the host's threads, never on its event loop."""
+        return await self._run_blocking(fn, *args)
+
+    async def open_env(self) -> EnvSession:
+        """Open (or reuse) a harness instance on the env host the driver assigned."""
+        if self._env is None:
+            raise RuntimeError(f"tenant {self.tenant_id}: no env host was assigned to it")
+        instance_id = f"{self.tenant_id}/{len(self._sessions)}"
+        await self._env.host.open.remote(instance_id, self._env.settings)
+        session = EnvSession(self._env, instance_id)
+        self._sessions.append(session)
+        return session
+
+    async def close(self) -> None:
+        """Release every instance this tenant opened (best effort: the env host may be gone)."""
+        for session in self._sessions:
+            try:
+                await asyncio.shield(session.release())
+            except RayActorError:  # a dead env host has nothing left to release
+                pass
