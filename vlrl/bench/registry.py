@@ -26,5 +26,10 @@ BENCHMARKS: dict[str, Benchmark] = {
             "payload store put/get throughput per backend; bytes moved by column and range reads vs a full row",
             "vlrl.bench.store_bench",
         ),
+        Benchmark(
+            "pool",
+            "Harness Pool vs one Ray actor per rollout, and thread offload vs blocking the event loop",
+            "vlrl.bench.pool_bench",
+        ),
     ]
 }

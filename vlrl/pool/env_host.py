@@ -124,6 +124,8 @@ class EnvHost:
             ) from None
 
     async def _call(self, executor: ThreadPoolExecutor, fn: Callable[[], Any]) -> Any:
+        if not self._config.blocking_on_threads:
+            return fn()  # stalls every tenant of this host while it runs
         future = asyncio.get_running_loop().run_in_executor(executor, fn)
         return await asyncio.wait_for(future, self._config.tenant_timeout_s)
 

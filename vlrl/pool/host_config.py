@@ -21,6 +21,9 @@ class HostConfig:
     tenant_timeout_s: Annotated[float, Gt(0)] = 600.0
     """A tenant (loop hosts) or one harness call (env hosts) running longer is stopped and reported."""
 
+    blocking_on_threads: bool = True
+    """Run blocking calls on threads; False runs them on the event loop (only to measure what threads buy)."""
+
     cpus: Annotated[float, Ge(0)] = 0.0
     """Ray logical CPUs each host reserves (0 lets hosts share CPUs; raise it to spread hosts over nodes)."""
 
