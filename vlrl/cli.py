@@ -15,7 +15,7 @@ from vlrl import __version__
 from vlrl.config import ConfigError, RecipeError, load_recipe, render
 
 _RECIPE_HELP = "recipe file, optionally with the function to call: path/to/recipe.py[:function] (default: recipe)"
-_LATER = {"rollout": "the rollout runner", "serve": "the OpenAI-compatible server"}
+_LATER = {"serve": "the OpenAI-compatible server"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,16 +54,23 @@ def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
     train.add_argument(
         "--print-config", action="store_true", help="print the validated config, each field with its documentation, and exit"
     )
-    train.set_defaults(handler=_train)
+    train.set_defaults(handler=_run_recipe)
 
     rollout = _add_command(
         commands,
         "rollout",
-        "collect rollouts with a recipe, without training (not available yet)",
-        "Run the rollout side of a recipe. The rollout runner lands in a later version of vlrl.",
+        "collect rollouts with a recipe, without training",
+        "Load a rollout recipe, apply --set overrides, validate, then run its episodes on the\n"
+        "Harness Pool and print what each data source achieved.",
+        "examples:\n"
+        "  vlrl rollout examples/scripted_rollout.py\n"
+        "  vlrl rollout examples/scripted_rollout.py --set policy=random --set episodes_per_source=32",
     )
     _add_recipe_arguments(rollout)
-    rollout.set_defaults(handler=_not_available)
+    rollout.add_argument(
+        "--print-config", action="store_true", help="print the validated config, each field with its documentation, and exit"
+    )
+    rollout.set_defaults(handler=_run_recipe)
 
     serve = _add_command(
         commands,
@@ -113,14 +120,14 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _train(args: argparse.Namespace) -> int:
+def _run_recipe(args: argparse.Namespace) -> int:
     cfg = load_recipe(args.recipe, args.overrides)
     if args.print_config:
         print(render(cfg), end="")
         return 0
     name = type(cfg).__qualname__
     if not callable(getattr(cfg, "build", None)):
-        return _fail(f"{args.recipe}: {name} has no build(); a train recipe returns a config that builds a job")
+        return _fail(f"{args.recipe}: {name} has no build(); a {args.command} recipe returns a config that builds a job")
     job = cfg.build()
     if not callable(getattr(job, "run", None)):
         return _fail(f"{args.recipe}: {name}.build() returned {type(job).__qualname__}, which has no run()")
