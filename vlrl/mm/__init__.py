@@ -8,6 +8,7 @@ in the payload store under ``image_store_key(hash)``, field ``PIXELS_FIELD``.
 
 from vlrl.mm.canonical import require_canonical
 from vlrl.mm.content_hash import content_hash
+from vlrl.mm.delta import DeltaTracker
 from vlrl.mm.errors import ImageError
 from vlrl.mm.image_io import (
     ACCEPTED_FORMATS,
@@ -25,6 +26,7 @@ from vlrl.mm.store_images import store_image
 __all__ = [
     "ACCEPTED_FORMATS",
     "DEFAULT_MAX_PIXELS",
+    "DeltaTracker",
     "MAX_SIDE",
     "PIXELS_FIELD",
     "ImageError",

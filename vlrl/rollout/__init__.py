@@ -1,0 +1,1 @@
+"""Model side: Agent Loop, inference client, engines, action parsers."""

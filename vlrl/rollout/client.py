@@ -1,0 +1,211 @@
+"""The inference client: one per loop host, shared by all of its Agent Loops.
+
+- **Replicas.** A new trajectory goes to the replica with the least load as the replicas
+  themselves report it (a global view: every client's requests count), and its later turns
+  stick to that replica so its KV-prefix and image caches hit.
+- **Delta shipping.** Per trajectory, a ``DeltaTracker`` knows which content hashes the replica
+  already holds; a request carries pixels only for the others. A ``CacheMiss`` answer (eviction,
+  restart) makes the client forget those hashes and resend, never fail the rollout.
+- **Faults.** Transient errors are retried with exponential back-off; a replica that is gone
+  (``EndpointUnavailable``) loses the trajectory's stickiness, and the next try starts afresh on
+  the least-loaded live replica. After the last try the caller gets an ``InferenceError`` that
+  says what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Protocol
+
+import numpy as np
+
+from vlrl.config import Ge, Gt
+from vlrl.mm import DeltaTracker
+from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ImagePart, SamplingParams
+
+
+class EndpointUnavailable(Exception):
+    """The replica is gone (died, restarted under a new handle, unreachable)."""
+
+
+class TransientEndpointError(Exception):
+    """A failure worth retrying on the same replica (overload, timeout, a 5xx answer)."""
+
+
+class InferenceError(RuntimeError):
+    """Inference failed after every retry; the message says how."""
+
+
+class Endpoint(Protocol):
+    name: str
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss: ...
+    async def load(self) -> int: ...
+    async def forget(self, trajectory_id: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ContextImage:
+    """An image of a trajectory's context; the client always holds its pixels."""
+
+    content_hash: str
+    pixels: np.ndarray
+
+    @property
+    def width(self) -> int:
+        return int(self.pixels.shape[1])
+
+    @property
+    def height(self) -> int:
+        return int(self.pixels.shape[0])
+
+
+@dataclass(slots=True)
+class ClientStats:
+    requests: int = 0
+    image_bytes_sent: int = 0
+    images_referenced: int = 0
+    cache_misses: int = 0
+    retries: int = 0
+    reroutes: int = 0
+
+
+class InferenceClient:
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        """Retries, back-off and limits of the per-host inference client."""
+
+        retries: Annotated[int, Ge(0)] = 3
+        """Further tries after a failed request (transient error or lost replica)."""
+
+        backoff_s: Annotated[float, Ge(0)] = 0.2
+        """First back-off; it doubles with each retry."""
+
+        backoff_max_s: Annotated[float, Ge(0)] = 5.0
+        """Longest back-off between two tries."""
+
+        request_timeout_s: Annotated[float, Gt(0)] = 300.0
+        """A request running longer counts as a transient failure."""
+
+        max_resends: Annotated[int, Ge(0)] = 3
+        """Cache misses answered by resending within one try before it counts as failed."""
+
+    def __init__(self, endpoints: Sequence[Endpoint], config: InferenceClient.Config | None = None) -> None:
+        if not endpoints:
+            raise ValueError("inference client: needs at least one endpoint")
+        self._endpoints = list(endpoints)
+        self._config = config or InferenceClient.Config()
+        self._sticky: dict[str, int] = {}
+        self._trackers: dict[str, DeltaTracker] = {}
+        self._gone: set[int] = set()
+        self.stats = ClientStats()
+
+    async def generate(
+        self,
+        trajectory_id: str,
+        prompt_ids: np.ndarray,
+        images: Sequence[ContextImage],
+        sampling: SamplingParams,
+        *,
+        request_id: str,
+    ) -> GenerateResult:
+        config = self._config
+        errors: list[str] = []
+        for attempt in range(config.retries + 1):
+            if attempt:
+                self.stats.retries += 1
+                await asyncio.sleep(min(config.backoff_max_s, config.backoff_s * 2 ** (attempt - 1)))
+            replica = await self._replica_for(trajectory_id)
+            endpoint = self._endpoints[replica]
+            try:
+                return await self._try(endpoint, trajectory_id, prompt_ids, images, sampling, request_id)
+            except EndpointUnavailable as error:
+                errors.append(f"{endpoint.name} unavailable: {error}")
+                self._gone.add(replica)
+                self._sticky.pop(trajectory_id, None)
+                self._trackers[trajectory_id].reset()
+                self.stats.reroutes += 1
+            except (TransientEndpointError, asyncio.TimeoutError) as error:
+                errors.append(f"{endpoint.name}: {type(error).__name__}: {error}")
+        raise InferenceError(
+            f"request {request_id} of trajectory {trajectory_id} failed after {config.retries + 1} tries: "
+            + "; ".join(errors)
+        )
+
+    async def end_trajectory(self, trajectory_id: str) -> None:
+        """Drop the trajectory's stickiness and let its replica free the cached prefix."""
+        self._trackers.pop(trajectory_id, None)
+        replica = self._sticky.pop(trajectory_id, None)
+        if replica is not None and replica not in self._gone:
+            try:
+                await self._endpoints[replica].forget(trajectory_id)
+            except (EndpointUnavailable, TransientEndpointError):
+                pass  # a replica that is gone holds nothing to free
+
+    def replica_of(self, trajectory_id: str) -> str | None:
+        replica = self._sticky.get(trajectory_id)
+        return None if replica is None else self._endpoints[replica].name
+
+    async def _try(
+        self,
+        endpoint: Endpoint,
+        trajectory_id: str,
+        prompt_ids: np.ndarray,
+        images: Sequence[ContextImage],
+        sampling: SamplingParams,
+        request_id: str,
+    ) -> GenerateResult:
+        tracker = self._trackers[trajectory_id]
+        for _ in range(self._config.max_resends + 1):
+            request = GenerateRequest(
+                request_id=request_id,
+                trajectory_id=trajectory_id,
+                prompt_ids=np.asarray(prompt_ids, dtype=np.int32),
+                images=_delta_parts(images, tracker),
+                sampling=sampling,
+            )
+            answer = await asyncio.wait_for(endpoint.generate(request), self._config.request_timeout_s)
+            self.stats.requests += 1
+            self.stats.image_bytes_sent += request.image_bytes
+            if isinstance(answer, CacheMiss):
+                # The replica keeps what this request carried; only the reported hashes go again.
+                self.stats.cache_misses += len(answer.missing)
+                tracker.shipped(part.content_hash for part in request.images if part.pixels is not None)
+                tracker.lost(answer.missing)
+                continue
+            self.stats.images_referenced += sum(part.pixels is None for part in request.images)
+            tracker.shipped(part.content_hash for part in request.images)
+            return answer
+        raise TransientEndpointError(f"still missing images after {self._config.max_resends} resends")
+
+    async def _replica_for(self, trajectory_id: str) -> int:
+        self._trackers.setdefault(trajectory_id, DeltaTracker())
+        if trajectory_id in self._sticky:
+            return self._sticky[trajectory_id]
+        live = [i for i in range(len(self._endpoints)) if i not in self._gone] or list(range(len(self._endpoints)))
+        loads = await asyncio.gather(*(self._load(i) for i in live), return_exceptions=False)
+        replica = min(zip(loads, live))[1]
+        self._sticky[trajectory_id] = replica
+        return replica
+
+    async def _load(self, replica: int) -> float:
+        try:
+            return await self._endpoints[replica].load()
+        except (EndpointUnavailable, TransientEndpointError):
+            self._gone.add(replica)
+            return float("inf")
+
+
+def _delta_parts(images: Sequence[ContextImage], tracker: DeltaTracker) -> tuple[ImagePart, ...]:
+    """Pixels for the first occurrence of each hash the replica lacks; references otherwise."""
+    sent: set[str] = set()
+    parts = []
+    for image in images:
+        ship = tracker.needs_pixels(image.content_hash) and image.content_hash not in sent
+        sent.add(image.content_hash)
+        parts.append(
+            ImagePart(image.content_hash, image.width, image.height, image.pixels if ship else None)
+        )
+    return tuple(parts)

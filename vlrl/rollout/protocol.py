@@ -1,0 +1,97 @@
+"""The token-in/token-out contract between an inference client and an engine replica.
+
+The client owns tokenization: it sends the full context as token ids (image placeholders already
+expanded to each image's token count) and gets back the exact token ids the policy sampled with
+their logprobs, so generated text is never re-tokenized. Images travel as a *delta*: an
+``ImagePart`` carries pixels only the first time a replica sees that content hash in a
+trajectory, and a bare reference afterwards; a replica that lost an image answers ``CacheMiss``
+and the client resends.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from vlrl.mm import require_canonical
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """One image of the context, in order of appearance."""
+
+    content_hash: str
+    width: int
+    height: int
+    pixels: np.ndarray | None = None
+    """Canonical RGB pixels, or None when the replica already holds this hash."""
+
+    def __post_init__(self) -> None:
+        if self.pixels is not None:
+            require_canonical(self.pixels)
+            if self.pixels.shape[:2] != (self.height, self.width):
+                raise ValueError(
+                    f"image {self.content_hash}: pixels {self.pixels.shape[1]}x{self.pixels.shape[0]} "
+                    f"but declared {self.width}x{self.height}"
+                )
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.pixels is None else int(self.pixels.nbytes)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 64
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"sampling temperature={self.temperature}; expected a finite number >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling top_p={self.top_p}; expected 0 < top_p <= 1")
+        if self.max_tokens < 1:
+            raise ValueError(f"sampling max_tokens={self.max_tokens}; expected >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateRequest:
+    request_id: str
+    trajectory_id: str
+    prompt_ids: np.ndarray
+    """int32 token ids of the whole context so far."""
+    images: tuple[ImagePart, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+    @property
+    def image_bytes(self) -> int:
+        return sum(part.nbytes for part in self.images)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateResult:
+    request_id: str
+    token_ids: np.ndarray
+    """int32 ids the policy sampled."""
+    logprobs: np.ndarray
+    """float32 log-probability of each sampled id under the sampling policy version."""
+    finish_reason: Literal["stop", "length"]
+    policy_version: int
+    prefill_tokens: int
+    """Prompt tokens this request computed."""
+    reused_prefix_tokens: int
+    """Prompt tokens served from the trajectory's cached KV prefix."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheMiss:
+    """The replica no longer holds these images (eviction, restart); resend their pixels."""
+
+    request_id: str
+    missing: tuple[str, ...]
