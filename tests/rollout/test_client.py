@@ -43,8 +43,6 @@ class Replica:
             raise TransientEndpointError("overloaded")
         self.requests.append(request)
         missing = tuple(p.content_hash for p in request.images if p.pixels is None and p.content_hash not in self.held)
-        if missing:
-            return CacheMiss(request.request_id, missing)
         for part in request.images:
             if part.pixels is not None:
                 self.bytes_received += part.pixels.nbytes
@@ -53,6 +51,8 @@ class Replica:
                 self.held.move_to_end(part.content_hash)
                 while len(self.held) > self.capacity:
                     self.held.popitem(last=False)
+        if missing:  # what this request carried is kept; only references can miss
+            return CacheMiss(request.request_id, missing)
         return GenerateResult(request.request_id, np.array([7], np.int32), np.array([-0.1], np.float32), "stop", 0, 1, 0)
 
     async def load(self) -> int:

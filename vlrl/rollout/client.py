@@ -158,7 +158,9 @@ class InferenceClient:
         request_id: str,
     ) -> GenerateResult:
         tracker = self._trackers[trajectory_id]
-        for _ in range(self._config.max_resends + 1):
+        for resend in range(self._config.max_resends + 1):
+            if resend >= 2:
+                tracker.reset()  # a replica cache smaller than the context: ship every image again
             request = GenerateRequest(
                 request_id=request_id,
                 trajectory_id=trajectory_id,
