@@ -59,9 +59,6 @@ class AgentBehaviour:
     max_turns: Annotated[int, Ge(1)] = 10
     """Turns (requests to the policy) per episode."""
 
-    history_images: Annotated[int, Ge(1)] | None = None
-    """Screenshots kept in the prompt: the last k, or None for all."""
-
     temperature: Annotated[float, Ge(0)] = 1.0
     """Sampling temperature."""
 
@@ -70,6 +67,9 @@ class AgentBehaviour:
 
     max_tokens: Annotated[int, Ge(1)] = 64
     """Tokens the policy may generate per turn."""
+
+    format_penalty: Annotated[float, Ge(0)] = 0.1
+    """Subtracted from the episode reward for each reply that is not a well-formed action."""
 
 
 @dataclass(kw_only=True, slots=True)

@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Protocol
+from typing import Annotated, Literal, Protocol
 
 import numpy as np
 
 from vlrl.config import Ge, Gt
-from vlrl.mm import DeltaTracker
+from vlrl.mm import DeltaTracker, content_hash
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ImagePart, SamplingParams
 
 
@@ -52,6 +52,10 @@ class ContextImage:
 
     content_hash: str
     pixels: np.ndarray
+
+    @classmethod
+    def of(cls, pixels: np.ndarray) -> ContextImage:
+        return cls(content_hash(pixels), pixels)
 
     @property
     def width(self) -> int:
@@ -91,6 +95,10 @@ class InferenceClient:
 
         max_resends: Annotated[int, Ge(0)] = 3
         """Cache misses answered by resending within one try before it counts as failed."""
+
+        image_shipping: Literal["delta", "full"] = "delta"
+        """'delta' ships each image's pixels once per trajectory and references after; 'full' resends
+        every image with every request (for endpoints that cannot hold images between requests)."""
 
     def __init__(self, endpoints: Sequence[Endpoint], config: InferenceClient.Config | None = None) -> None:
         if not endpoints:
@@ -159,7 +167,7 @@ class InferenceClient:
     ) -> GenerateResult:
         tracker = self._trackers[trajectory_id]
         for resend in range(self._config.max_resends + 1):
-            if resend >= 2:
+            if resend >= 2 or self._config.image_shipping == "full":
                 tracker.reset()  # a replica cache smaller than the context: ship every image again
             request = GenerateRequest(
                 request_id=request_id,
