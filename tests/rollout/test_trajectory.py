@@ -1,0 +1,71 @@
+"""A trajectory's split at finish: payload once into the store, metadata to the driver."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vlrl.mm import PatchRule, image_store_key
+from vlrl.rollout.chat import Segment
+from vlrl.rollout.client import ContextImage
+from vlrl.rollout.protocol import GenerateResult
+from vlrl.rollout.trajectory import Trajectory
+from vlrl.store import LocalStore
+from vlrl.store.records import SeqMeta
+
+RULE = PatchRule(min_pixels=56 * 56, max_pixels=112 * 112)
+
+
+def _image(value: int) -> ContextImage:
+    return ContextImage.of(np.full((56, 84, 3), value, dtype=np.uint8))
+
+
+def _result(ids, version=3, reason="stop") -> GenerateResult:
+    return GenerateResult("r", np.array(ids, np.int32), np.full(len(ids), -0.5, np.float32), reason, version, 5, 0)
+
+
+def test_finish_writes_payload_once_and_images_once_per_hash():
+    store = LocalStore()
+    screen_a, screen_b = _image(1), _image(2)
+    trajectory = Trajectory("t")
+    trajectory.add_prompt(Segment([1, 2, 3, 4], [1]), [screen_a])
+    trajectory.add_generated(_result([9, 9]))
+    trajectory.add_prompt(Segment([5, 6, 7], [0]), [screen_b])
+    trajectory.add_generated(_result([8], version=4))
+    trajectory.add_prompt(Segment([5, 6, 7], [0]), [screen_a])  # the same screen again
+    trajectory.add_generated(_result([7]))
+    meta = trajectory.finish(
+        store, key="seq/t", group_id="g", source="s", sample_index=0, reward=1.0, success=True,
+        finish="done", patch_rule=RULE,
+    )
+    payload = store.get(["seq/t"])["seq/t"]
+    assert payload["token_ids"].tolist() == [1, 2, 3, 4, 9, 9, 5, 6, 7, 8, 5, 6, 7, 7]
+    assert payload["loss_mask"].tolist() == [False] * 4 + [True] * 2 + [False] * 3 + [True] + [False] * 3 + [True]
+    np.testing.assert_allclose(payload["logprobs"][payload["loss_mask"]], -0.5)
+    assert (payload["logprobs"][~payload["loss_mask"]] == 0).all()
+    assert [m.content_hash for m in meta.images] == [screen_a.content_hash, screen_b.content_hash]
+    assert meta.image_offsets == ((1, 0), (6, 1), (10, 0))
+    assert meta.context_lengths == (4, 9, 13) and meta.policy_version == 3 and meta.turns == 3
+    assert meta.num_tokens == 14 and meta.num_response_tokens == 4
+    assert meta.images[0].num_tokens == RULE.num_tokens(84, 56)
+    assert store.stats().keys == 3  # one sequence + two unique images
+    assert store.contains([image_store_key(screen_a.content_hash)]) == [True]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"key": ""}, "SeqMeta.key=''"),
+        ({"reward": float("nan")}, "SeqMeta.reward=nan"),
+        ({"num_response_tokens": 11}, "num_response_tokens=11; expected 0..num_tokens=10"),
+        ({"context_lengths": (0,)}, r"context_lengths=\(0,\)"),
+        ({"image_offsets": ((3, 0),)}, r"image_offsets has \(3, 0\); expected offset < 10 and index < 0"),
+    ],
+)
+def test_seqmeta_refuses_inconsistent_records(changes, message):
+    fields = dict(
+        key="k", group_id="g", source="s", sample_index=0, reward=0.0, success=False, finish="done", turns=1,
+        num_tokens=10, num_response_tokens=2, context_lengths=(8,), policy_version=0,
+    )
+    with pytest.raises(ValueError, match=message):
+        SeqMeta(**{**fields, **changes})
