@@ -1,0 +1,199 @@
+"""One headless Chromium showing MiniWoB++ task pages, driven through ChromeDriver.
+
+The episode logic is MiniWoB's own page API (``core.*`` in the package's ``html/core/core.js``);
+this module owns the processes, the task page, and reading the page back (screenshot, DOM,
+reward). One browser serves every task: switching task loads another page (~0.1 s) instead of
+starting another Chromium (~0.5 s).
+
+Everything the browser writes (profile, crash database) lives in one temporary directory whose
+path appears on the command line of every Chromium process, including the crash handlers that
+re-parent themselves to init; that is how ``processes()`` finds them all and ``close()`` leaves
+no orphans.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import os
+import shutil
+import signal
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from miniwob import selenium_actions
+from miniwob.constants import TASK_HEIGHT, TASK_WIDTH
+from miniwob.dom import DOMElement
+from miniwob.selenium_instance import DEFAULT_BASE_URL, HTML_DIR
+from PIL import Image
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.wait import WebDriverWait
+
+from vlrl.harness import HarnessError
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+    # Screenshots are read in CSS pixels: one device pixel per CSS pixel on every host, and a
+    # viewport well beyond the 160x210 task area (and the parked pointer).
+    "--force-device-scale-factor=1",
+    "--window-size=800,600",
+)
+
+TASK_NAMES: tuple[str, ...] = tuple(sorted(path.stem for path in (HTML_DIR / "miniwob").glob("*.html")))
+"""MiniWoB++ tasks served from files. The ``flight.*`` tasks need an HTTP server and a larger
+screen, so they are not offered."""
+
+PARKED_POINTER = (TASK_WIDTH + 100, TASK_HEIGHT + 100)
+"""Where the mouse waits between episodes: on the empty page outside the task area."""
+PAGE_LOAD_S = 10.0
+TASK_READY_S = 2.0
+SHUTDOWN_S = 5.0
+
+
+class MiniWoBBrowser:
+    """A Chromium tab on one MiniWoB task page at a time. Not thread-safe: one caller at a time,
+    from any thread (Selenium speaks HTTP to ChromeDriver; nothing is tied to a thread)."""
+
+    def __init__(self) -> None:
+        chromium = _executable("MINIWOB_CHROME_BINARY", ("chromium", "chromium-browser", "google-chrome"))
+        chromedriver = _executable("MINIWOB_CHROMEDRIVER", ("chromedriver",))
+        self._home = tempfile.mkdtemp(prefix="vlrl-miniwob-")
+        options = webdriver.ChromeOptions()
+        options.binary_location = chromium
+        for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={self._home}/profile"):
+            options.add_argument(flag)
+        # Chromium puts its crash database under XDG_CONFIG_HOME: keep it (and the marker) in our dir.
+        service = Service(executable_path=chromedriver, env={**os.environ, "XDG_CONFIG_HOME": self._home})
+        try:
+            self.driver = webdriver.Chrome(service=service, options=options)
+        except WebDriverException as error:
+            shutil.rmtree(self._home, ignore_errors=True)
+            raise HarnessError(f"cannot start Chromium {chromium} through {chromedriver}: {error.msg}") from error
+        self._service = service
+        self.driver_pid: int = service.process.pid
+        self._finalizer = weakref.finalize(self, _shut_down, self.driver, self._home)
+        self.task: str | None = None
+
+    def open(self, task: str) -> None:
+        """Show ``task``'s page (no-op when it is already shown and was not navigated away from)."""
+        url = f"{DEFAULT_BASE_URL}{task}.html"
+        if task == self.task and self.driver.current_url == url:
+            return
+        self.task = None
+        self.driver.get(url)
+        WebDriverWait(self.driver, PAGE_LOAD_S).until(
+            expected_conditions.presence_of_element_located((By.ID, "sync-task-cover"))
+        )
+        # A click on the sync cover would start an unseeded episode; only begin() may start one.
+        self.driver.execute_script("core.cover_div.onclick = null;")
+        self.task = task
+
+    def begin(self, seed: int, time_limit_ms: int | None) -> None:
+        """Start a fresh episode of the open task, generated from ``seed``. Focus and the mouse
+        position outlive an episode on the page, so both are cleared first: the same seed then
+        shows the same first screen whatever ran before."""
+        self.driver.execute_script("core.endEpisode(0); if (document.activeElement) document.activeElement.blur();")
+        selenium_actions.execute_move_coords(*PARKED_POINTER, self.driver)
+        limit = "" if time_limit_ms is None else f"core.EPISODE_MAX_TIME = {int(time_limit_ms)};"
+        self.driver.execute_script(
+            f"Math.seedrandom({int(seed)}); core.setDataMode('train'); {limit} core.startEpisodeReal();"
+        )
+        deadline = time.monotonic() + TASK_READY_S
+        while not self.driver.execute_script("return WOB_TASK_READY;"):
+            if time.monotonic() > deadline:
+                raise HarnessError(f"MiniWoB task {self.task!r} did not become ready within {TASK_READY_S} s")
+            time.sleep(0.02)
+
+    def end(self, reward: float, reason: str) -> None:
+        """End the running episode with ``reward`` (no-op when the page already ended it)."""
+        self.driver.execute_script("core.endEpisode(arguments[0], false, arguments[1]);", reward, reason)
+
+    def utterance(self) -> str:
+        return self.driver.execute_script("return core.getUtterance();")
+
+    def time_limit_s(self) -> float:
+        return self.driver.execute_script("return core.EPISODE_MAX_TIME;") / 1000.0
+
+    def status(self) -> dict[str, Any]:
+        """The page's episode state: done, env_reward (time-decayed), raw_reward, reason."""
+        return self.driver.execute_script(
+            "return {done: WOB_DONE_GLOBAL, env_reward: WOB_REWARD_GLOBAL,"
+            " raw_reward: WOB_RAW_REWARD_GLOBAL, reason: WOB_REWARD_REASON};"
+        )
+
+    def screenshot(self) -> Image.Image:
+        """The task area (``TASK_WIDTH`` x ``TASK_HEIGHT`` CSS pixels at the top left), RGB."""
+        shot = self.driver.execute_cdp_cmd(
+            "Page.captureScreenshot",
+            {"format": "png", "clip": {"x": 0, "y": 0, "width": TASK_WIDTH, "height": TASK_HEIGHT, "scale": 1}},
+        )
+        return Image.open(io.BytesIO(base64.b64decode(shot["data"]))).convert("RGB")
+
+    def dom(self) -> DOMElement:
+        return DOMElement(self.driver.execute_script("return core.getDOMInfo();"))
+
+    def processes(self) -> set[int]:
+        """Live processes of this browser: ChromeDriver and every Chromium process it led to."""
+        driver = {self.driver_pid} if self._service.process.poll() is None else set()
+        return driver | _chromium_processes(self._home)
+
+    def close(self) -> None:
+        """Quit Chromium and ChromeDriver and delete the profile; idempotent."""
+        self._finalizer()
+
+
+def _shut_down(driver: webdriver.Chrome, home: str) -> None:
+    """Quit through ChromeDriver (``quit`` also stops ChromeDriver, even a dead one), then kill
+    whatever Chromium process is left, as when ChromeDriver had died. A process is ours when its
+    command line holds our own temporary directory, so no other process can be hit."""
+    driver.quit()
+    deadline = time.monotonic() + SHUTDOWN_S
+    while (left := _chromium_processes(home)) and time.monotonic() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _executable(env_var: str, names: tuple[str, ...]) -> str:
+    """The program named by ``env_var`` (the variables the miniwob package reads), else on PATH."""
+    path = os.environ.get(env_var) or next(filter(None, map(shutil.which, names)), None)
+    if not path or not os.access(path, os.X_OK):
+        raise HarnessError(f"MiniWoB needs {names[0]}: set {env_var} or put one of {list(names)} on PATH")
+    return path
+
+
+def _chromium_processes(home: str) -> set[int]:
+    """Live (not zombie) processes whose command line holds ``home``."""
+    marker = f"{home}/".encode()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and marker in _read(entry / "cmdline"):
+            # The command name (field 2) may hold spaces; the fields after its closing parenthesis do not.
+            state = _read(entry / "stat").rpartition(b")")[2].split()[:1]
+            if state and state[0] not in (b"Z", b"X"):
+                found.add(int(entry.name))
+    return found
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
