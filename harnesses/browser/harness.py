@@ -116,7 +116,7 @@ class BrowserHarness(Harness):
         terminated = solved or action.kind in ("done", "fail")
         truncated = not terminated and self._steps >= self.max_steps
         self._ended = terminated or truncated
-        info = {"task": episode.family, "solved": solved, "steps": self._steps}
+        info = {"task": episode.family, "success": solved, "steps": self._steps}
         return self._observe(), float(solved), terminated, truncated, info
 
     def oracle(self) -> Action:

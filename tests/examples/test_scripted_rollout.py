@@ -24,3 +24,11 @@ def test_random_clicks_stay_near_chance(ray_session):
     summary = load_recipe(f"{RECIPE}:random_policy", ["episodes_per_source=8"]).build().run()
     assert summary["sources"]["desktop-form"]["success_rate"] == 0.0
     assert summary["sources"]["desktop-click"]["success_rate"] <= 0.5
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_two_codebases_run_in_their_own_pools(ray_session):
+    summary = load_recipe(f"{RECIPE}:desktop_and_browser", ["episodes_per_source=3"]).build().run()
+    assert summary["pool_sizes"] == {"loop": 1, "desktop": 2, "browser": 1}
+    assert {name: f["success_rate"] for name, f in summary["sources"].items()} == {"desktop-click": 1.0, "web-forms": 1.0}

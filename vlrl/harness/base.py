@@ -5,6 +5,7 @@ options give the same episode); ``step(action) -> (Observation, reward, terminat
 info)`` applies one typed action; ``close()`` frees what the instance holds (windows, browser
 processes) and may be called more than once. ``terminated`` means the task reached an end
 (solved, failed, or the agent said ``done``/``fail``); ``truncated`` means a step limit cut it.
+``info`` carries at least ``"task"`` and, from ``step``, ``"success"``: whether the task is solved.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ def _check_types(harness: Harness) -> None:
     _expect(isinstance(reward, float) and math.isfinite(reward), f"reward must be a finite float, got {reward!r}")
     _expect(isinstance(terminated, bool) and isinstance(truncated, bool), "terminated/truncated must be bools")
     _expect(isinstance(info, dict), "step info must be a dict")
+    _expect(isinstance(info.get("success"), bool), "step info must say whether the task is solved: info['success']")
 
 
 def _check_determinism(first: Harness, second: Harness, seeds: tuple[int, ...]) -> None:

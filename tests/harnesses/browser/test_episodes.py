@@ -25,7 +25,7 @@ def test_oracle_solves_every_family(harness, family, seed):
     rewards = [reward for _, reward, *_ in transitions]
     _, _, terminated, truncated, info = transitions[-1]
     assert rewards[-1] == 1.0 and set(rewards[:-1]) <= {0.0}
-    assert terminated and not truncated and info["solved"]
+    assert terminated and not truncated and info["success"]
     assert len(transitions) <= harness.max_steps
 
 
@@ -53,14 +53,14 @@ def test_a_near_miss_earns_nothing(harness, family):
     transitions = play(harness)
     action, _, terminated, truncated, info = transitions[-1]
     assert [reward for _, reward, *_ in transitions] == [0.0] * len(transitions)
-    assert action.kind == "done" and terminated and not truncated and not info["solved"]
+    assert action.kind == "done" and terminated and not truncated and not info["success"]
 
 
 @pytest.mark.parametrize("kind", ["done", "fail"])
 def test_done_and_fail_end_the_episode_unrewarded(harness, kind):
     harness.reset(seed=1)
     _, reward, terminated, truncated, info = harness.step(Action(kind=kind))
-    assert (reward, terminated, truncated, info["solved"]) == (0.0, True, False, False)
+    assert (reward, terminated, truncated, info["success"]) == (0.0, True, False, False)
     with pytest.raises(HarnessError, match="ended"):
         harness.step(Action.wait())
 
