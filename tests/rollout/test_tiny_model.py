@@ -1,0 +1,60 @@
+"""The offline tiny Qwen2-VL: deterministic, loadable, and its token counts follow the patch rule."""
+
+from __future__ import annotations
+
+import filecmp
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
+
+from vlrl.mm import PatchRule
+from vlrl.rollout.tiny_model import SPECIAL_TOKENS, build_tiny_qwen2vl, patch_rule_of
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = build_tiny_qwen2vl(tmp_path_factory.mktemp("tiny"))
+    return path, AutoProcessor.from_pretrained(path), Qwen2VLForConditionalGeneration.from_pretrained(path).eval()
+
+
+def test_same_seed_same_files_other_seed_other_weights(tiny, tmp_path):
+    path, _, _ = tiny
+    same = build_tiny_qwen2vl(tmp_path / "same")
+    other = build_tiny_qwen2vl(tmp_path / "other", seed=1)
+    for name in ("model.safetensors", "tokenizer.json", "config.json", "processor_config.json"):
+        assert filecmp.cmp(path / name, same / name, shallow=False), name
+    assert filecmp.cmp(path / "tokenizer.json", other / "tokenizer.json", shallow=False)
+    assert not filecmp.cmp(path / "model.safetensors", other / "model.safetensors", shallow=False)
+
+
+def test_tokenizer_has_the_qwen_specials_and_the_chat_template(tiny):
+    _, processor, model = tiny
+    tokenizer = processor.tokenizer
+    ids = tokenizer.convert_tokens_to_ids(list(SPECIAL_TOKENS))
+    assert ids == list(range(len(SPECIAL_TOKENS)))
+    assert len(tokenizer) == model.config.text_config.vocab_size == 1024
+    assert model.config.image_token_id == tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert model.config.vision_start_token_id == tokenizer.convert_tokens_to_ids("<|vision_start|>")
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "click OK"}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert text.endswith("<|vision_start|><|image_pad|><|vision_end|>click OK<|im_end|>\n<|im_start|>assistant\n")
+    text = '{"action": "click", "coordinate": [120, 45]}'
+    assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
+
+
+@pytest.mark.parametrize("width, height", [(320, 240), (200, 150), (640, 480), (160, 210), (1280, 720), (30, 20)])
+def test_forward_on_an_image_and_token_count_follows_the_patch_rule(tiny, width, height):
+    _, processor, model = tiny
+    pixels = np.random.default_rng(width).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "click OK"}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=[text], images=[pixels], return_tensors="pt")
+    rule = patch_rule_of(processor)
+    assert rule == PatchRule(min_pixels=56 * 56, max_pixels=224 * 224)
+    assert int((inputs["input_ids"] == model.config.image_token_id).sum()) == rule.num_tokens(width, height)
+    assert tuple(inputs["image_grid_thw"][0].tolist()) == rule.grid(width, height)
+    with torch.inference_mode():
+        logits = model(**inputs).logits
+    assert logits.shape == (1, inputs["input_ids"].shape[1], 1024) and torch.isfinite(logits).all()

@@ -1,0 +1,105 @@
+"""``EmbeddedEngine``: one Hugging Face Qwen2-VL replica as a Ray actor, speaking ``protocol``.
+
+An async actor with an explicit ``max_concurrency``: every waiting ``generate`` is a coroutine
+on its event loop, the model runs on the core's compute thread, so requests keep arriving (and
+joining the next batch) while a batch decodes. A restarted actor starts with empty caches;
+references to images it never saw are answered with ``CacheMiss`` and the client resends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import ray
+import torch
+
+from vlrl.config import ConfigError, Ge, Gt, NonEmpty
+from vlrl.rollout.engine.core import EngineCore
+from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult
+
+
+class EmbeddedEngine:
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        """An in-process Hugging Face engine replica (no vLLM): for CPU runs, tests and small models."""
+
+        model_path: Annotated[str, NonEmpty()]
+        """Local folder of a Qwen2-VL checkpoint (model and processor, as ``save_pretrained`` writes them)."""
+
+        max_batch: Annotated[int, Ge(1)] = 8
+        """Requests decoded together in one batch."""
+
+        batch_wait_ms: Annotated[float, Ge(0)] = 5.0
+        """How long a non-full batch waits for more requests before it starts."""
+
+        image_cache_mb: Annotated[float, Gt(0)] = 512.0
+        """Bound on the processed images kept by content hash (MiB of ``pixel_values``)."""
+
+        max_cached_trajectories: Annotated[int, Ge(0)] = 256
+        """Trajectories whose KV prefix is kept for their next turn (least recently used dropped; 0: no reuse)."""
+
+        dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+        """Weights and activations dtype."""
+
+        device: Annotated[str, NonEmpty()] = "cpu"
+        """Torch device of the model ('cpu', 'cuda', 'cuda:1')."""
+
+        torch_threads: Annotated[int, Ge(1)] | None = None
+        """CPU threads torch uses in the actor (None: torch's default)."""
+
+        preprocess_threads: Annotated[int, Ge(1)] = 2
+        """Threads running the image processor on newly sent pixels."""
+
+        max_concurrency: Annotated[int, Ge(1)] = 512
+        """Concurrent actor calls: waiting ``generate`` calls plus control calls."""
+
+        cpus: Annotated[float, Ge(0)] = 1.0
+        """Ray logical CPUs the actor reserves."""
+
+        gpus: Annotated[float, Ge(0)] = 0.0
+        """Ray GPUs the actor reserves (1 with device 'cuda')."""
+
+        def check(self) -> None:
+            if self.max_concurrency <= self.max_batch:
+                raise ConfigError(
+                    "max_concurrency",
+                    self.max_concurrency,
+                    f"more than max_batch ({self.max_batch}), to leave room for control calls",
+                )
+
+        def build(self) -> Any:
+            """Start the actor; returns its Ray handle (call ``.generate.remote(request)`` and so on)."""
+            if not ray.is_initialized():
+                raise RuntimeError("EmbeddedEngine needs a running Ray: call ray.init() first")
+            return (
+                ray.remote(EmbeddedEngine)
+                .options(max_concurrency=self.max_concurrency, num_cpus=self.cpus, num_gpus=self.gpus)
+                .remote(self)
+            )
+
+    # Every method but __init__ is async, so Ray runs it on the event loop: the one thread that owns the
+    # core's queues and caches.
+
+    def __init__(self, config: EmbeddedEngine.Config) -> None:
+        self._core = EngineCore(config)
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss:
+        return await self._core.generate(request)
+
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor | np.ndarray], version: int) -> None:
+        await self._core.update_weights(state_dict, version)
+
+    async def load(self) -> int:
+        return self._core.load()
+
+    async def policy_version(self) -> int:
+        return self._core.policy_version()
+
+    async def forget(self, trajectory_id: str) -> None:
+        self._core.forget(trajectory_id)
+
+    async def stats(self) -> dict[str, float]:
+        return self._core.stats()

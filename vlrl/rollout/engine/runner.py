@@ -1,0 +1,255 @@
+"""Batched prefill and decode of a Qwen2-VL model, each row continuing its own cached prefix.
+
+One batch = one prefill forward plus one forward per decode step. Rows differ in cached prefix
+length ``c_i`` and in new prompt length ``n_i``; both are left-padded, so the key/value layout
+of row ``i`` is ``[pad][prefix_i][pad][new_i]`` and then one slot per decode step::
+
+    keys:  (B, kv_heads, C + N + steps, head_dim)   C = max c_i, N = max n_i
+    mask:  (B, C + N + steps)                        1 on real tokens, 0 on pads
+
+Pads are masked out of every attention, and a row's last prompt token sits in the last column,
+so its logits are the batch's last position. Rows leave the batch when they finish.
+
+Positions are Qwen2-VL's M-RoPE ids (temporal, height, width), computed explicitly for each
+row with the model's own ``get_rope_index`` over the *whole* prompt (so a continued prefill gets
+the positions a from-scratch prefill would); generated tokens continue at ``max + 1``. Passing
+them explicitly also keeps the model's stateful ``rope_deltas`` out of the way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+from transformers import DynamicCache, Qwen2VLForConditionalGeneration
+
+from vlrl.rollout.engine.images import ProcessedImage
+from vlrl.rollout.engine.prefix import ImageSpan, KVPrefix
+from vlrl.rollout.engine.sampling import generator_for, sample
+from vlrl.rollout.protocol import SamplingParams
+
+
+@dataclass(slots=True)
+class Sequence:
+    """One admitted request, everything resolved: what the runner computes."""
+
+    prompt: np.ndarray
+    """int64 (T,) prompt ids."""
+    images: tuple[ProcessedImage, ...]
+    spans: tuple[ImageSpan, ...]
+    sampling: SamplingParams
+    prefix: KVPrefix | None
+    """The trajectory's cached prefix, if any; looked up when the batch starts."""
+    keep_prefix: bool
+    """Return this request's own prefix for the next turn."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+    finish_reason: Literal["stop", "length"]
+    prefill_tokens: int
+    reused_prefix_tokens: int
+    prefix: KVPrefix | None
+
+
+@dataclass(slots=True)
+class _Row:
+    seq: Sequence
+    reused: int
+    positions: torch.Tensor  # (3, T - reused) M-RoPE ids of the tokens to prefill
+    next_position: int
+    generator: torch.Generator | None
+    stop_ids: frozenset[int]
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: Literal["stop", "length"] | None = None
+    outcome: Outcome | None = None
+
+
+class ModelRunner:
+    """Owns the model; ``run`` and ``load_weights`` are blocking and belong on one compute thread."""
+
+    def __init__(self, model: Qwen2VLForConditionalGeneration, stop_token_ids: frozenset[int]) -> None:
+        self.model = model.eval()
+        self._stop_token_ids = stop_token_ids
+        self._image_token_id = model.config.image_token_id
+        self._device = model.device
+
+    @classmethod
+    def load(cls, path: str, *, dtype: torch.dtype, device: str, stop_token_ids: frozenset[int]) -> ModelRunner:
+        model = Qwen2VLForConditionalGeneration.from_pretrained(path, dtype=dtype).to(device)
+        return cls(model, stop_token_ids)
+
+    @torch.inference_mode()
+    def run(self, seqs: list[Sequence]) -> list[Outcome]:
+        rows = [self._plan(seq) for seq in seqs]
+        cache, mask, logits = self._prefill(rows)
+        active = rows
+        while True:
+            ids, logprobs = sample(logits, [r.seq.sampling for r in active], [r.generator for r in active])
+            for row, token, logprob in zip(active, ids.tolist(), logprobs.tolist()):
+                row.token_ids.append(token)
+                row.logprobs.append(logprob)
+                if token in row.stop_ids:
+                    row.finish = "stop"
+                elif len(row.token_ids) >= row.seq.sampling.max_tokens:
+                    row.finish = "length"
+            for j, row in enumerate(active):
+                if row.finish is not None:
+                    row.outcome = self._outcome(row, cache, mask[j], j)
+            keep = [j for j, row in enumerate(active) if row.finish is None]
+            if not keep:
+                return [row.outcome for row in rows]
+            if len(keep) < len(active):
+                index = torch.tensor(keep, device=self._device)
+                for layer in cache.layers:
+                    layer.batch_select_indices(index)
+                mask, ids = mask[index], ids[index]
+                active = [active[j] for j in keep]
+            mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
+            positions = torch.tensor([r.next_position for r in active], device=self._device)
+            positions = positions.view(1, -1, 1).expand(3, -1, 1)  # (3, B, 1): text tokens share all three ids
+            for row in active:
+                row.next_position += 1
+            out = self.model(
+                input_ids=ids[:, None], position_ids=positions, attention_mask=mask, cache=cache, use_cache=True
+            )
+            logits = out.logits[:, -1]
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor | np.ndarray]) -> None:
+        """Copy ``state_dict`` (any subset of the model's) into the weights, after checking all of it."""
+        targets = self.model.state_dict(keep_vars=True)
+        unknown = sorted(set(state_dict) - set(targets))
+        if unknown:
+            raise ValueError(
+                f"update_weights: {len(unknown)} unknown name(s), e.g. {unknown[:3]}; expected names"
+                f" of the model's state_dict such as {next(iter(targets))!r}"
+            )
+        tensors = {name: _as_tensor(value) for name, value in state_dict.items()}
+        for name, tensor in tensors.items():
+            if tuple(tensor.shape) != tuple(targets[name].shape):
+                raise ValueError(
+                    f"update_weights: {name} has shape {tuple(tensor.shape)}; the model's is"
+                    f" {tuple(targets[name].shape)}"
+                )
+        with torch.no_grad():
+            for name, tensor in tensors.items():
+                targets[name].copy_(tensor)
+
+    def _plan(self, seq: Sequence) -> _Row:
+        reused = seq.prefix.shared_length(seq.prompt, seq.spans) if seq.prefix is not None else 0
+        ids = torch.from_numpy(seq.prompt)[None]  # (1, T)
+        grids = torch.tensor([image.grid_thw for image in seq.images]) if seq.images else None
+        positions, _ = self.model.model.get_rope_index(
+            ids, mm_token_type_ids=(ids == self._image_token_id).int(), image_grid_thw=grids
+        )  # (3, 1, T)
+        positions = positions[:, 0]
+        return _Row(
+            seq=seq,
+            reused=reused,
+            positions=positions[:, reused:],
+            next_position=int(positions.max()) + 1,
+            generator=generator_for(seq.sampling, self._device),
+            stop_ids=self._stop_token_ids | frozenset(seq.sampling.stop_token_ids),
+        )
+
+    def _prefill(self, rows: list[_Row]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+        """Run the prompts' uncached tokens; return the cache, the mask and last-position logits (B, V)."""
+        embeds = self._prompt_embeddings(rows)
+        cached = max(r.reused for r in rows)
+        width = max(len(e) for e in embeds)
+        hidden = embeds[0].shape[-1]
+        inputs = embeds[0].new_zeros(len(rows), width, hidden)
+        positions = torch.zeros(3, len(rows), width, dtype=torch.long, device=self._device)
+        mask = torch.zeros(len(rows), cached + width, dtype=torch.long, device=self._device)
+        for i, (row, row_embeds) in enumerate(zip(rows, embeds)):
+            n = len(row_embeds)
+            inputs[i, width - n :] = row_embeds
+            positions[:, i, width - n :] = row.positions
+            mask[i, cached - row.reused : cached] = 1
+            mask[i, cached + width - n :] = 1
+        out = self.model(
+            inputs_embeds=inputs,
+            position_ids=positions,
+            attention_mask=mask,
+            cache=self._prefix_cache(rows, cached),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.cache, mask, out.logits[:, -1]
+
+    def _prompt_embeddings(self, rows: list[_Row]) -> list[torch.Tensor]:
+        """Embeddings (n_i, hidden) of each row's uncached tokens, images encoded in one call."""
+        new_images = [
+            (i, image)
+            for i, row in enumerate(rows)
+            for image, span in zip(row.seq.images, row.seq.spans)
+            if span.start >= row.reused
+        ]
+        per_row: list[list[torch.Tensor]] = [[] for _ in rows]
+        if new_images:
+            pixels = torch.cat([image.pixel_values for _, image in new_images]).to(self._device)
+            grids = torch.tensor([image.grid_thw for _, image in new_images], device=self._device)
+            # One (tokens, hidden) feature per image; the tower attends within each image only.
+            features = self.model.model.get_image_features(pixels, grids).pooler_output
+            for (i, _), feature in zip(new_images, features):
+                per_row[i].append(feature)
+        embed = self.model.get_input_embeddings()
+        out = []
+        for row, features in zip(rows, per_row):
+            ids = torch.from_numpy(row.seq.prompt[row.reused :]).to(self._device)
+            row_embeds = embed(ids)
+            if features:
+                row_embeds[ids == self._image_token_id] = torch.cat(features).to(row_embeds.dtype)
+            out.append(row_embeds)
+        return out
+
+    def _prefix_cache(self, rows: list[_Row], cached: int) -> DynamicCache:
+        """The rows' cached prefixes, right-aligned into one (B, kv_heads, cached, head_dim) per layer."""
+        if cached == 0:
+            return DynamicCache()
+        template = next(r.seq.prefix.kv for r in rows if r.reused)
+        layers = []
+        for layer, (k0, v0) in enumerate(template):
+            keys = k0.new_zeros(len(rows), k0.shape[0], cached, k0.shape[2])
+            values = v0.new_zeros(len(rows), v0.shape[0], cached, v0.shape[2])
+            for i, row in enumerate(rows):
+                if row.reused:
+                    k, v = row.seq.prefix.kv[layer]
+                    keys[i, :, cached - row.reused :] = k[:, : row.reused]
+                    values[i, :, cached - row.reused :] = v[:, : row.reused]
+            layers.append((keys, values))
+        return DynamicCache(ddp_cache_data=layers)
+
+    def _outcome(self, row: _Row, cache: DynamicCache, mask_row: torch.Tensor, j: int) -> Outcome:
+        prefix = None
+        if row.seq.keep_prefix:
+            # The cache holds the prompt and all sampled tokens but the last (never fed back).
+            tokens = np.concatenate([row.seq.prompt, np.asarray(row.token_ids[:-1], dtype=np.int64)])
+            real = mask_row.nonzero()[:, 0]
+            assert len(real) == len(tokens), (len(real), len(tokens))
+            prefix = KVPrefix(
+                tokens=tokens,
+                images=row.seq.spans,
+                kv=tuple((layer.keys[j][:, real], layer.values[j][:, real]) for layer in cache.layers),
+            )
+        return Outcome(
+            token_ids=np.asarray(row.token_ids, dtype=np.int32),
+            logprobs=np.asarray(row.logprobs, dtype=np.float32),
+            finish_reason=row.finish,
+            prefill_tokens=len(row.seq.prompt) - row.reused,
+            reused_prefix_tokens=row.reused,
+            prefix=prefix,
+        )
+
+
+def _as_tensor(value: torch.Tensor | np.ndarray) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    # Ray hands out read-only arrays, which torch.from_numpy warns about; copy those.
+    return torch.from_numpy(value if value.flags.writeable else value.copy())

@@ -1,0 +1,51 @@
+"""Next-token sampling for a batch of rows, each with its own parameters and random stream.
+
+The returned logprob of a sampled token is under the policy's *raw* distribution,
+``log_softmax(logits)`` at temperature 1 before top-p: that is the behaviour policy's
+``log pi(a|s)`` that RL importance ratios and KL terms compare against the trainer's recomputed
+logprobs. Temperature and top-p only shape which token is drawn.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vlrl.rollout.protocol import SamplingParams
+
+
+def generator_for(params: SamplingParams, device: torch.device) -> torch.Generator | None:
+    """A per-request stream: seeded requests replay exactly whatever else shares their batch."""
+    if params.temperature == 0:
+        return None
+    generator = torch.Generator(device=device)
+    if params.seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(params.seed)
+    return generator
+
+
+def sample(
+    logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row of ``logits`` (B, V); return ids (B,) and their raw logprobs (B,)."""
+    logits = logits.float()
+    raw_logprobs = torch.log_softmax(logits, dim=-1)  # (B, V), temperature 1, before top-p
+    ids = torch.empty(len(params), dtype=torch.long, device=logits.device)
+    for row, (p, generator) in enumerate(zip(params, generators)):
+        if p.temperature == 0:
+            ids[row] = torch.argmax(logits[row])
+            continue
+        probs = torch.softmax(logits[row] / p.temperature, dim=-1)
+        if p.top_p < 1:
+            probs = _top_p(probs, p.top_p)
+        ids[row] = torch.multinomial(probs, 1, generator=generator)[0]
+    return ids, raw_logprobs.gather(1, ids[:, None])[:, 0]
+
+
+def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches ``top_p`` (the top one always)."""
+    sorted_probs, order = torch.sort(probs, descending=True)
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    sorted_probs[mass_before >= top_p] = 0
+    return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
