@@ -1,4 +1,4 @@
-"""One tiny Qwen2-VL checkpoint per test session, and its processor."""
+"""One tiny Qwen2-VL checkpoint per test session (built offline in seconds), and its processor."""
 
 from __future__ import annotations
 

@@ -1,0 +1,41 @@
+"""What a loop host builds once at start, for all of its Agent Loops to share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vlrl.rollout.agent_loop import LoopRuntime
+from vlrl.rollout.client import InferenceClient
+from vlrl.rollout.ray_endpoint import RayEndpoint
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSetup:
+    """Picklable recipe of a loop host's shared state: one tokenizer, one client, one store client.
+
+    Passed to ``HarnessPool.Config.build(loop_setup=...)``; each loop host calls it once.
+    """
+
+    model_path: str
+    """Checkpoint folder whose processor (tokenizer and image rules) the host loads."""
+    engines: tuple[Any, ...]
+    """Ray actor handles of the engine replicas."""
+    store: Any
+    """A store client that can cross processes (RayStore or TransferQueueStore)."""
+    client: InferenceClient.Config = field(default_factory=InferenceClient.Config)
+
+    def __call__(self) -> dict[str, Any]:
+        from transformers import AutoProcessor
+
+        from vlrl.rollout.tiny_model import patch_rule_of
+
+        processor = AutoProcessor.from_pretrained(self.model_path)
+        endpoints = [RayEndpoint(engine, f"engine-{i}") for i, engine in enumerate(self.engines)]
+        runtime = LoopRuntime(
+            client=InferenceClient(endpoints, self.client),
+            tokenizer=processor.tokenizer,
+            patch_rule=patch_rule_of(processor),
+            store=self.store,
+        )
+        return {"runtime": runtime}
