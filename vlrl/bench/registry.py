@@ -31,5 +31,10 @@ BENCHMARKS: dict[str, Benchmark] = {
             "Harness Pool vs one Ray actor per rollout, and thread offload vs blocking the event loop",
             "vlrl.bench.pool_bench",
         ),
+        Benchmark(
+            "delta",
+            "bytes a multi-turn GUI agent ships: full resend vs last-5 window vs delta, and rollout time",
+            "vlrl.bench.delta_bench",
+        ),
     ]
 }

@@ -1,0 +1,174 @@
+"""``vlrl bench delta``: bytes a multi-turn GUI agent ships to its inference endpoint.
+
+A trajectory of T turns adds one 1280x720 screenshot per turn (distinct desktop screens from
+the desktop harness). Schemes, each through the real ``InferenceClient``:
+
+- (a) ``full``: every request carries every image of the context (what agent loops do today);
+- (b) ``window5``: every request carries the last 5 images;
+- (c) ``delta``: pixels once per trajectory, references afterwards (vlrl);
+
+against the lower bound, every image's bytes sent once. Bytes are raw RGB as the embedded engine
+receives them (a PNG transport scales every scheme alike). Then the rollout wall time of the
+same trajectories under (a) and (c) against the embedded engine serving a tiny Qwen2-VL, where
+the engine's own byte counter is checked against the client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from vlrl.mm import content_hash
+from vlrl.rollout.client import ContextImage, InferenceClient
+from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, SamplingParams
+
+TURNS = {"small": (5, 15, 50), "full": (5, 15, 50, 100)}
+ROLLOUT = {"small": {"turns": 15, "trajectories": 4}, "full": {"turns": 30, "trajectories": 8}}
+SCREEN = (1280, 720)
+
+
+def screenshots(n: int) -> list[ContextImage]:
+    """Distinct realistic desktop screens: the desktop harness at 1280x720, one seed per turn."""
+    from harnesses.desktop import DesktopHarness
+
+    harness = DesktopHarness(width=SCREEN[0], height=SCREEN[1])
+    try:
+        shots = [harness.reset(seed=seed)[0].screenshot for seed in range(n)]
+    finally:
+        harness.close()
+    return [ContextImage(content_hash(pixels), pixels) for pixels in shots]
+
+
+class Receiver:
+    """An endpoint that holds every image it is sent and answers at once: it isolates what the
+    client ships from any model cost."""
+
+    name = "receiver"
+
+    def __init__(self) -> None:
+        self.held: set[str] = set()
+        self.bytes_received = 0
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss:
+        self.bytes_received += request.image_bytes
+        self.held.update(p.content_hash for p in request.images if p.pixels is not None)
+        missing = tuple(p.content_hash for p in request.images if p.content_hash not in self.held)
+        if missing:
+            return CacheMiss(request.request_id, missing)
+        return GenerateResult(request.request_id, np.zeros(1, np.int32), np.zeros(1, np.float32), "stop", 0, 1, 0)
+
+    async def load(self) -> int:
+        return 0
+
+    async def forget(self, trajectory_id: str) -> None:
+        return None
+
+
+async def _ship(images: list[ContextImage], scheme: str) -> int:
+    receiver = Receiver()
+    client = InferenceClient([receiver], InferenceClient.Config(image_shipping="delta" if scheme == "delta" else "full"))
+    for turn in range(1, len(images) + 1):
+        context = images[:turn] if scheme != "window5" else images[max(0, turn - 5) : turn]
+        await client.generate("t", np.zeros(4, np.int32), context, SamplingParams(), request_id=f"t{turn}")
+    assert receiver.bytes_received == client.stats.image_bytes_sent
+    return receiver.bytes_received
+
+
+def measure_bytes(turns: tuple[int, ...], images: list[ContextImage]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for t in turns:
+        shots = images[:t]
+        figures = {scheme: asyncio.run(_ship(shots, scheme)) for scheme in ("full", "window5", "delta")}
+        bound = sum(s.pixels.nbytes for s in shots)
+        out[f"T{t}"] = {
+            "bytes_full": figures["full"],
+            "bytes_window5": figures["window5"],
+            "bytes_delta": figures["delta"],
+            "bytes_lower_bound": bound,
+            "delta_over_bound": figures["delta"] / bound,
+            "full_over_delta": figures["full"] / figures["delta"],
+        }
+    return out
+
+
+def measure_rollout(turns: int, trajectories: int, images: list[ContextImage]) -> dict[str, Any]:
+    """Wall time of the same multi-turn rollouts against the embedded engine, full vs delta."""
+    import ray
+    from transformers import AutoProcessor
+
+    from vlrl.rollout.chat import ChatFormat
+    from vlrl.rollout.engine import EmbeddedEngine
+    from vlrl.rollout.ray_endpoint import RayEndpoint
+    from vlrl.rollout.tiny_model import build_tiny_qwen2vl, patch_rule_of
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = build_tiny_qwen2vl(folder)
+        processor = AutoProcessor.from_pretrained(path)
+        chat = ChatFormat(processor.tokenizer, patch_rule_of(processor), "gui-agent", "Answer with one action.")
+        results = {}
+        for scheme in ("full", "delta"):
+            engine = EmbeddedEngine.Config(model_path=str(path), cpus=0).build()
+            client = InferenceClient([RayEndpoint(engine, "engine")], InferenceClient.Config(image_shipping=scheme))
+            started = time.perf_counter()
+            asyncio.run(_rollouts(client, chat, images[:turns], trajectories))
+            elapsed = time.perf_counter() - started
+            received = ray.get(engine.stats.remote())["image_bytes_received"]
+            assert received == client.stats.image_bytes_sent, (received, client.stats.image_bytes_sent)
+            results[scheme] = {"wall_s": elapsed, "image_bytes": received}
+            ray.kill(engine)
+    return {
+        "turns": turns,
+        "trajectories": trajectories,
+        "full": results["full"],
+        "delta": results["delta"],
+        "rollout_speedup": results["full"]["wall_s"] / results["delta"]["wall_s"],
+    }
+
+
+async def _rollouts(client: InferenceClient, chat: Any, images: list[ContextImage], n: int) -> None:
+    sampling = SamplingParams(temperature=0.0, max_tokens=4, stop_token_ids=chat.stop_token_ids)
+
+    async def one(index: int) -> None:
+        ids: list[int] = []
+        for turn, image in enumerate(images):
+            size = (image.width, image.height)
+            segment = chat.first_turn("Open the settings.", size) if turn == 0 else chat.next_turn("", size, previous_ended=True)
+            ids += segment.ids
+            result = await client.generate(f"t{index}", np.asarray(ids, np.int32), images[: turn + 1], sampling, request_id=f"{index}-{turn}")
+            ids += [int(t) for t in result.token_ids]
+            if result.finish_reason != "stop":
+                ids.append(chat.im_end)
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+
+
+def run(size: str) -> dict[str, Any]:
+    import ray
+
+    turns = TURNS[size]
+    images = screenshots(max(max(turns), ROLLOUT[size]["turns"]))
+    figures = measure_bytes(turns, images)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=2 * 1024**3, log_to_driver=False)
+    try:
+        rollout = measure_rollout(ROLLOUT[size]["turns"], ROLLOUT[size]["trajectories"], images)
+    finally:
+        if started_ray:
+            ray.shutdown()
+    return {
+        "screen": f"{SCREEN[0]}x{SCREEN[1]}",
+        "image_bytes": images[0].pixels.nbytes,
+        "per_turns": figures,
+        "rollout": rollout,
+        "delta_over_bound": max(f["delta_over_bound"] for f in figures.values()),
+        "full_over_delta_T15": figures["T15"]["full_over_delta"],
+        "full_over_delta_T50": figures["T50"]["full_over_delta"],
+        "rollout_speedup": rollout["rollout_speedup"],
+    }
