@@ -69,3 +69,33 @@ def test_seqmeta_refuses_inconsistent_records(changes, message):
     )
     with pytest.raises(ValueError, match=message):
         SeqMeta(**{**fields, **changes})
+
+
+def test_engine_extras_pass_through_as_per_token_fields():
+    store = LocalStore()
+    trajectory = Trajectory("t")
+    trajectory.add_prompt(Segment([1, 2, 3], [0]), [_image(5)])
+    routed = np.array([[1, 4], [2, 3]], np.int16)
+    first = GenerateResult("r", np.array([9, 9], np.int32), np.zeros(2, np.float32), "stop", 0, 3, 0, {"experts": routed})
+    trajectory.add_generated(first)
+    trajectory.add_prompt(Segment([5, 6], [0]), [_image(6)])
+    second = GenerateResult("r", np.array([8], np.int32), np.zeros(1, np.float32), "stop", 0, 2, 0, {"experts": routed[:1] + 10})
+    trajectory.add_generated(second)
+    meta = trajectory.finish(
+        store, key="k", group_id="g", source="s", sample_index=0, reward=0.0, success=False, finish="done", patch_rule=RULE
+    )
+    assert meta.extra_fields == ("extra/experts",)
+    experts = store.get(["k"], ["extra/experts"])["k"]["extra/experts"]
+    assert experts.dtype == np.int16 and experts.shape == (8, 2)
+    assert experts.tolist() == [[0, 0]] * 3 + [[1, 4], [2, 3]] + [[0, 0]] * 2 + [[11, 14]]
+
+
+def test_extras_that_change_form_between_turns_are_refused():
+    trajectory = Trajectory("t")
+    ok = GenerateResult("r", np.array([1], np.int32), np.zeros(1, np.float32), "stop", 0, 1, 0, {"x": np.zeros((1, 2), np.int16)})
+    trajectory.add_generated(ok)
+    bad = GenerateResult("r", np.array([1], np.int32), np.zeros(1, np.float32), "stop", 0, 1, 0, {"x": np.zeros((1, 3), np.int16)})
+    with pytest.raises(ValueError, match=r"extra field 'x': rows of int16\[3\] after int16\[2\]"):
+        trajectory.add_generated(bad)
+    with pytest.raises(ValueError, match="extra field 'y' has 2 rows; expected 1"):
+        GenerateResult("r", np.array([1], np.int32), np.zeros(1, np.float32), "stop", 0, 1, 0, {"y": np.zeros(2)})

@@ -87,6 +87,17 @@ class GenerateResult:
     """Prompt tokens this request computed."""
     reused_prefix_tokens: int
     """Prompt tokens served from the trajectory's cached KV prefix."""
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+    """Optional per-token fields the engine reports (e.g. MoE routed experts, top-p kept-token
+    indices): one row per sampled token; they pass through to the store unchanged."""
+
+    def __post_init__(self) -> None:
+        n = len(self.token_ids)
+        if len(self.logprobs) != n:
+            raise ValueError(f"result {self.request_id}: {n} token ids but {len(self.logprobs)} logprobs")
+        for name, values in self.extras.items():
+            if len(values) != n:
+                raise ValueError(f"result {self.request_id}: extra field {name!r} has {len(values)} rows; expected {n}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from vlrl.mm import PatchRule, store_image
 from vlrl.rollout.chat import Segment
 from vlrl.rollout.client import ContextImage
 from vlrl.rollout.protocol import GenerateResult
-from vlrl.store.records import Finish, SeqMeta
+from vlrl.store.records import EXTRA_PREFIX, Finish, SeqMeta
 
 
 class Trajectory:
@@ -28,6 +28,7 @@ class Trajectory:
         self.image_offsets: list[int] = []
         self.context_lengths: list[int] = []
         self.policy_versions: list[int] = []
+        self.extras: dict[str, list[tuple[int, np.ndarray]]] = {}
         self.ended_with_stop = True
 
     def add_prompt(self, segment: Segment, images: list[ContextImage]) -> None:
@@ -41,6 +42,14 @@ class Trajectory:
         self.image_offsets += [start + offset for offset in segment.image_offsets]
 
     def add_generated(self, result: GenerateResult) -> None:
+        for name, values in result.extras.items():
+            earlier = self.extras.setdefault(name, [])
+            if earlier and (earlier[0][1].shape[1:], earlier[0][1].dtype) != (values.shape[1:], values.dtype):
+                raise ValueError(
+                    f"extra field {name!r}: rows of {values.dtype}{list(values.shape[1:])} after "
+                    f"{earlier[0][1].dtype}{list(earlier[0][1].shape[1:])}; every turn must report the same form"
+                )
+            earlier.append((len(self.token_ids), values))
         self.context_lengths.append(len(self.token_ids))
         self.policy_versions.append(result.policy_version)
         self.token_ids += [int(t) for t in result.token_ids]
@@ -77,10 +86,12 @@ class Trajectory:
                 "token_ids": np.asarray(self.token_ids, dtype=np.int32),
                 "logprobs": np.asarray(self.logprobs, dtype=np.float32),
                 "loss_mask": np.asarray(self.loss_mask, dtype=bool),
+                **self._extra_fields(),
             },
         )
         return SeqMeta(
             key=key,
+            extra_fields=tuple(f"{EXTRA_PREFIX}{name}" for name in self.extras),
             group_id=group_id,
             source=source,
             sample_index=sample_index,
@@ -98,3 +109,14 @@ class Trajectory:
             ),
         )
 
+    def _extra_fields(self) -> dict[str, np.ndarray]:
+        """Each engine-reported field as one per-token array over the whole sequence (zero rows on
+        prompt tokens), so a packer can cut it by token range like the ids."""
+        out = {}
+        for name, parts in self.extras.items():
+            first = parts[0][1]
+            full = np.zeros((len(self.token_ids), *first.shape[1:]), dtype=first.dtype)
+            for start, values in parts:
+                full[start : start + len(values)] = values
+            out[f"{EXTRA_PREFIX}{name}"] = full
+        return out

@@ -18,6 +18,9 @@ PAYLOAD_FIELDS = ("token_ids", "logprobs", "loss_mask")
 """Fields every sequence payload has: int32 ids, float32 sampling logprobs (0 on prompt tokens),
 bool loss mask (True on tokens the policy generated)."""
 
+EXTRA_PREFIX = "extra/"
+"""Prefix of optional per-token fields an engine reported (MoE routing, top-p indices)."""
+
 Finish = Literal["done", "max_turns", "truncated", "error"]
 
 
@@ -41,6 +44,8 @@ class SeqMeta:
     """Unique images of the sequence."""
     image_offsets: tuple[tuple[int, int], ...] = ()
     """(token offset of the image's first placeholder, index into ``images``) per occurrence."""
+    extra_fields: tuple[str, ...] = ()
+    """Names of the optional per-token payload fields (``extra/...``) this sequence has."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
