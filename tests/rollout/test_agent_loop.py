@@ -64,7 +64,8 @@ def test_trajectories_land_in_the_store_as_the_policy_sampled_them(ray_session, 
     finally:
         pool.shutdown()
     assert [o.status for o in outcomes] == ["ok"] * 6, [o.error for o in outcomes]
-    metas = [o.value for o in outcomes]
+    assert all(len(o.value) == 1 for o in outcomes)  # every screenshot kept: one sequence each
+    metas = [o.value[0] for o in outcomes]
     stats = ray_module.get(engine.stats.remote())
 
     # Every image crossed to the engine once per trajectory: bytes received == unique image bytes.
@@ -114,3 +115,27 @@ def test_64_concurrent_loops_on_one_host_share_one_client_and_one_tokenizer(ray_
     finally:
         pool.shutdown()
     assert len({o.value for o in outcomes}) == 1
+
+
+def test_a_history_window_keeps_the_last_screenshots_and_splits_sequences(ray_session, engine, store, tiny_path):
+    source = DataSource(
+        name="window",
+        codebase="desktop",
+        agent=AgentBehaviour(max_turns=4, max_tokens=6, history_images=2, format_penalty=0.25),
+        env=EnvSettings(tasks=["scroll-find"], max_steps=10),
+    )
+    pool = _pool(LoopSetup(model_path=str(tiny_path), engines=(engine,), store=store))
+    try:
+        (outcome,) = asyncio.run(pool.run_many([(AgentLoop(source, seed=7, group_id="w", sample_index=0), {"codebase": "desktop"})]))
+    finally:
+        pool.shutdown()
+    assert outcome.status == "ok", outcome.error
+    metas = outcome.value
+    turns = sum(m.turns for m in metas)
+    # Turns 1-2 share one sequence; every later turn drops a screenshot and starts a new one.
+    assert len(metas) == max(1, turns - 1)
+    assert [len(m.image_offsets) for m in metas] == [min(turns, 2)] + [2] * (len(metas) - 1)
+    for meta in metas:
+        payload = store.get([meta.key])[meta.key]
+        assert payload["loss_mask"].sum() == meta.num_response_tokens
+    assert all(m.reward == metas[0].reward for m in metas)

@@ -28,13 +28,14 @@ def test_finish_writes_payload_once_and_images_once_per_hash():
     store = LocalStore()
     screen_a, screen_b = _image(1), _image(2)
     trajectory = Trajectory("t")
-    trajectory.add_prompt(Segment([1, 2, 3, 4], [1]), [screen_a])
+    trajectory.set_context(Segment([1, 2, 3, 4], [1]), [screen_a])
     trajectory.add_generated(_result([9, 9]))
-    trajectory.add_prompt(Segment([5, 6, 7], [0]), [screen_b])
+    trajectory.set_context(Segment([1, 2, 3, 4, 9, 9, 5, 6, 7], [1, 6]), [screen_a, screen_b])
     trajectory.add_generated(_result([8], version=4))
-    trajectory.add_prompt(Segment([5, 6, 7], [0]), [screen_a])  # the same screen again
+    # The same screen again.
+    trajectory.set_context(Segment([1, 2, 3, 4, 9, 9, 5, 6, 7, 8, 5, 6, 7], [1, 6, 10]), [screen_a, screen_b, screen_a])
     trajectory.add_generated(_result([7]))
-    meta = trajectory.finish(
+    (meta,) = trajectory.finish(
         store, key="seq/t", group_id="g", source="s", sample_index=0, reward=1.0, success=True,
         finish="done", patch_rule=RULE,
     )
@@ -74,14 +75,14 @@ def test_seqmeta_refuses_inconsistent_records(changes, message):
 def test_engine_extras_pass_through_as_per_token_fields():
     store = LocalStore()
     trajectory = Trajectory("t")
-    trajectory.add_prompt(Segment([1, 2, 3], [0]), [_image(5)])
+    trajectory.set_context(Segment([1, 2, 3], [0]), [_image(5)])
     routed = np.array([[1, 4], [2, 3]], np.int16)
     first = GenerateResult("r", np.array([9, 9], np.int32), np.zeros(2, np.float32), "stop", 0, 3, 0, {"experts": routed})
     trajectory.add_generated(first)
-    trajectory.add_prompt(Segment([5, 6], [0]), [_image(6)])
+    trajectory.set_context(Segment([1, 2, 3, 9, 9, 5, 6], [0, 5]), [_image(5), _image(6)])
     second = GenerateResult("r", np.array([8], np.int32), np.zeros(1, np.float32), "stop", 0, 2, 0, {"experts": routed[:1] + 10})
     trajectory.add_generated(second)
-    meta = trajectory.finish(
+    (meta,) = trajectory.finish(
         store, key="k", group_id="g", source="s", sample_index=0, reward=0.0, success=False, finish="done", patch_rule=RULE
     )
     assert meta.extra_fields == ("extra/experts",)
@@ -92,6 +93,7 @@ def test_engine_extras_pass_through_as_per_token_fields():
 
 def test_extras_that_change_form_between_turns_are_refused():
     trajectory = Trajectory("t")
+    trajectory.set_context(Segment([1], []), [])
     ok = GenerateResult("r", np.array([1], np.int32), np.zeros(1, np.float32), "stop", 0, 1, 0, {"x": np.zeros((1, 2), np.int16)})
     trajectory.add_generated(ok)
     bad = GenerateResult("r", np.array([1], np.int32), np.zeros(1, np.float32), "stop", 0, 1, 0, {"x": np.zeros((1, 3), np.int16)})
@@ -99,3 +101,24 @@ def test_extras_that_change_form_between_turns_are_refused():
         trajectory.add_generated(bad)
     with pytest.raises(ValueError, match="extra field 'y' has 2 rows; expected 1"):
         GenerateResult("r", np.array([1], np.int32), np.zeros(1, np.float32), "stop", 0, 1, 0, {"y": np.zeros(2)})
+
+
+def test_a_rewritten_context_starts_a_new_sequence_whose_old_answers_carry_no_loss():
+    store = LocalStore()
+    a, b = _image(1), _image(2)
+    trajectory = Trajectory("t")
+    trajectory.set_context(Segment([1, 2, 3], [1]), [a])
+    trajectory.add_generated(_result([9]))
+    # A window of one screenshot: the first screen's placeholder is gone from the new context.
+    trajectory.set_context(Segment([1, 2, 9, 5, 6, 7], [4]), [b])
+    trajectory.add_generated(_result([8]))
+    first, second = trajectory.finish(
+        store, key="k", group_id="g", source="s", sample_index=0, reward=1.0, success=True, finish="done", patch_rule=RULE
+    )
+    assert (first.key, second.key) == ("k/0", "k/1")
+    rows = store.get(["k/0", "k/1"])
+    assert rows["k/0"]["token_ids"].tolist() == [1, 2, 3, 9] and rows["k/0"]["loss_mask"].tolist() == [0, 0, 0, 1]
+    assert rows["k/1"]["token_ids"].tolist() == [1, 2, 9, 5, 6, 7, 8]
+    assert rows["k/1"]["loss_mask"].tolist() == [0, 0, 0, 0, 0, 0, 1]  # the old answer is context now
+    assert [m.content_hash for m in second.images] == [b.content_hash] and second.image_offsets == ((4, 0),)
+    assert first.reward == second.reward == 1.0

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from vlrl.mm import content_hash
+from vlrl.rollout.chat import ChatTurn
 from vlrl.rollout.client import ContextImage, InferenceClient
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, SamplingParams
 
@@ -134,15 +135,15 @@ async def _rollouts(client: InferenceClient, chat: Any, images: list[ContextImag
     sampling = SamplingParams(temperature=0.0, max_tokens=4, stop_token_ids=chat.stop_token_ids)
 
     async def one(index: int) -> None:
-        ids: list[int] = []
+        turns: list[ChatTurn] = []
         for turn, image in enumerate(images):
-            size = (image.width, image.height)
-            segment = chat.first_turn("Open the settings.", size) if turn == 0 else chat.next_turn("", size, previous_ended=True)
-            ids += segment.ids
-            result = await client.generate(f"t{index}", np.asarray(ids, np.int32), images[: turn + 1], sampling, request_id=f"{index}-{turn}")
-            ids += [int(t) for t in result.token_ids]
-            if result.finish_reason != "stop":
-                ids.append(chat.im_end)
+            turns.append(ChatTurn("Open the settings." if turn == 0 else "", (image.width, image.height)))
+            ids = chat.context(turns).ids
+            result = await client.generate(
+                f"t{index}", np.asarray(ids, np.int32), images[: turn + 1], sampling, request_id=f"{index}-{turn}"
+            )
+            turns[-1].answer = [int(t) for t in result.token_ids]
+            turns[-1].answer_stopped = result.finish_reason == "stop"
 
     await asyncio.gather(*(one(i) for i in range(n)))
 

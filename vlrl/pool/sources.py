@@ -59,6 +59,10 @@ class AgentBehaviour:
     max_turns: Annotated[int, Ge(1)] = 10
     """Turns (requests to the policy) per episode."""
 
+    history_images: Annotated[int, Ge(1)] | None = None
+    """Screenshots kept in the prompt: the last k (older turns keep their text and answers), or
+    None for all. With a window, each turn after the k-th starts a new training sequence."""
+
     temperature: Annotated[float, Ge(0)] = 1.0
     """Sampling temperature."""
 

@@ -1,10 +1,11 @@
 """The Agent Loop: one trajectory as a tenant of a loop host.
 
-observe -> prompt ids (only the new turn is tokenized) -> request (images as a delta) -> the
-exact sampled ids and logprobs -> decode only to parse -> typed action -> harness step, until
-the harness ends the episode or the turn limit. A reply that is not a well-formed action costs
-the source's format penalty and is answered with feedback instead of a step. At the end the
-payload goes to the store once and the driver gets a ``SeqMeta``.
+observe -> prompt ids (the policy's answers stay as its own ids; a history window may drop old
+screenshots) -> request (images as a delta) -> the exact sampled ids and logprobs -> decode only
+to parse -> typed action -> harness step, until the harness ends the episode or the turn limit.
+A reply that is not a well-formed action costs the source's format penalty and is answered with
+feedback instead of a step. At the end the payload goes to the store once and the driver gets
+``SeqMeta`` records: one per training sequence (one, unless a history window rewrote the context).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from vlrl.harness import ActionError
 from vlrl.mm import PatchRule
 from vlrl.pool.sources import AgentBehaviour, DataSource
 from vlrl.pool.tenant import TenantContext
-from vlrl.rollout.chat import ChatFormat
+from vlrl.rollout.chat import ChatFormat, ChatTurn
 from vlrl.rollout.client import ContextImage, InferenceClient
 from vlrl.rollout.parsers import PARSERS, ParseError, ScreenMap
 from vlrl.rollout.protocol import SamplingParams
@@ -57,7 +58,7 @@ class AgentLoop:
     sample_index: int
     task: str | None = None
 
-    async def run(self, ctx: TenantContext) -> SeqMeta:
+    async def run(self, ctx: TenantContext) -> list[SeqMeta]:
         runtime: LoopRuntime = ctx.shared["runtime"]
         agent = self.source.agent
         chat = runtime.chat_for(agent)
@@ -73,37 +74,37 @@ class AgentLoop:
         env = await ctx.open_env()
         obs, info = await env.reset(seed=self.seed, options={"task": self.task} if self.task else None)
         trajectory = Trajectory(trajectory_id)
+        turns: list[ChatTurn] = []
+        images: list[ContextImage] = []
         finish: Finish = "max_turns"
-        reward, success, feedback = 0.0, False, ""
+        reward, success, text = 0.0, False, obs.goal or ""
         try:
             for turn in range(agent.max_turns):
-                image = await ctx.to_thread(ContextImage.of, obs.screenshot)
-                size = (image.width, image.height)
-                if turn == 0:
-                    segment = await ctx.to_thread(chat.first_turn, obs.goal or "", size)
-                else:
-                    segment = await ctx.to_thread(
-                        lambda: chat.next_turn(feedback, size, previous_ended=trajectory.ended_with_stop)
-                    )
-                trajectory.add_prompt(segment, [image])
+                images.append(await ctx.to_thread(ContextImage.of, obs.screenshot))
+                turns.append(ChatTurn(text, (images[-1].width, images[-1].height)))
+                shown = 0 if agent.history_images is None else max(0, len(turns) - agent.history_images)
+                context = await ctx.to_thread(lambda: chat.context(turns, images_from=shown))
+                trajectory.set_context(context, images[shown:])
                 result = await runtime.client.generate(
                     trajectory_id,
-                    trajectory.prompt_array(),
-                    trajectory.images,
+                    trajectory.current.prompt_array(),
+                    trajectory.current.images,
                     sampling,
                     request_id=f"{trajectory_id}#{turn}",
                 )
                 trajectory.add_generated(result)
-                text = await ctx.to_thread(chat.decode, [int(t) for t in result.token_ids])
+                turns[-1].answer = [int(t) for t in result.token_ids]
+                turns[-1].answer_stopped = result.finish_reason == "stop"
+                reply = await ctx.to_thread(chat.decode, turns[-1].answer)
                 try:
-                    action = parser.parse(text, runtime.screen_map(obs.width, obs.height))
+                    action = parser.parse(reply, runtime.screen_map(obs.width, obs.height))
                     obs, step_reward, terminated, truncated, info = await env.step(action)
                 except (ParseError, ActionError) as error:
                     reward -= agent.format_penalty
-                    feedback = f"Invalid action: {getattr(error, 'feedback', str(error))}"
+                    text = f"Invalid action: {getattr(error, 'feedback', str(error))}"
                     continue
                 reward += step_reward
-                feedback = ""
+                text = ""
                 if terminated or truncated:
                     finish = "done" if terminated else "truncated"
                     success = bool(info.get("success", step_reward > 0))

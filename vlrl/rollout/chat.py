@@ -1,7 +1,7 @@
 """Token ids of a Qwen2-VL-style multi-turn chat, built segment by segment.
 
-The loop keeps the exact ids the policy sampled; only new prompt text is ever tokenized, and
-generated text is decoded solely to parse the action. An image becomes
+The loop keeps the exact ids the policy sampled: answers go back into the context as ids, only
+user text is tokenized, and generated text is decoded solely to parse the action. An image becomes
 ``<|vision_start|>`` + ``<|image_pad|>`` x (its token count from the patch rule) + ``<|vision_end|>``,
 so the count comes from image metadata, never from pixels.
 """
@@ -26,10 +26,21 @@ SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_en
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """New prompt ids and where their images' placeholders start (offsets within ``ids``)."""
+    """Prompt ids and where their images' placeholders start (offsets within ``ids``)."""
 
     ids: list[int]
     image_offsets: list[int]
+
+
+@dataclass(slots=True)
+class ChatTurn:
+    """One user turn (its text and screenshot size) and the ids the policy answered, if any yet."""
+
+    text: str
+    image_size: tuple[int, int]
+    answer: list[int] | None = None
+    answer_stopped: bool = True
+    """Whether the answer ended with a stop token (else the chat closes it before the next turn)."""
 
 
 class ChatFormat:
@@ -46,31 +57,38 @@ class ChatFormat:
         self.vision_start, self.vision_end, self.image_pad = (
             ids["<|vision_start|>"], ids["<|vision_end|>"], ids["<|image_pad|>"]
         )
-        self._system = PROMPT_TEMPLATES[template].format(action_format=action_format)
+        self._head = self._text("<|im_start|>system\n") + self._encode(
+            PROMPT_TEMPLATES[template].format(action_format=action_format)
+        ) + [self.im_end]
 
     @property
     def stop_token_ids(self) -> tuple[int, ...]:
         return (self.im_end,)
 
-    def first_turn(self, goal: str, image_size: tuple[int, int]) -> Segment:
-        head = self._text("<|im_start|>system\n") + self._encode(self._system) + [self.im_end]
-        head += self._text("\n<|im_start|>user\n")
-        return self._user_body(head, goal, image_size)
+    def context(self, turns: list[ChatTurn], *, images_from: int = 0) -> Segment:
+        """The whole prompt: the system message, then every turn's user message and answer.
 
-    def next_turn(self, text: str, image_size: tuple[int, int], *, previous_ended: bool) -> Segment:
-        """The user turn after a policy answer; closes the answer if it was cut by the length limit."""
-        head = ([] if previous_ended else [self.im_end]) + self._text("\n<|im_start|>user\n")
-        return self._user_body(head, text, image_size)
+        Turns before ``images_from`` keep their text and answers but not their screenshots (a
+        history window). Answers are the policy's own ids, never re-tokenized text.
+        """
+        ids = list(self._head)
+        offsets = []
+        for index, turn in enumerate(turns):
+            previous = turns[index - 1] if index else None
+            if previous is not None and not previous.answer_stopped:
+                ids.append(self.im_end)
+            ids += self._text("\n<|im_start|>user\n")
+            if index >= images_from:
+                offsets.append(len(ids) + 1)
+                tokens = self._rule.num_tokens(*turn.image_size)
+                ids += [self.vision_start] + [self.image_pad] * tokens + [self.vision_end]
+            ids += self._encode(turn.text) + [self.im_end] + self._text("\n<|im_start|>assistant\n")
+            if turn.answer is not None:
+                ids += turn.answer
+        return Segment(ids, offsets)
 
     def decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=True)
-
-    def _user_body(self, head: list[int], text: str, image_size: tuple[int, int]) -> Segment:
-        offset = len(head) + 1
-        tokens = self._rule.num_tokens(*image_size)
-        body = [self.vision_start] + [self.image_pad] * tokens + [self.vision_end]
-        tail = self._encode(text) + [self.im_end] + self._text("\n<|im_start|>assistant\n")
-        return Segment(head + body + tail, [offset])
 
     def _encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False)) if text else []

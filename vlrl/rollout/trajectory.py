@@ -1,12 +1,18 @@
 """A trajectory as it grows turn by turn, and its split into payload and metadata at the end.
 
-The token sequence is kept exactly as built: prompt ids the client made and ids the policy
-sampled, with their logprobs. At finish the payload is written to the store once (images once
-per content hash, under their own keys) and only a ``SeqMeta`` goes back to the driver.
+Each turn the Agent Loop proposes the whole context. When it extends the current sequence (all
+screenshots kept), only the new tail is appended, so one trajectory is one training sequence and
+the engine reuses its KV prefix. When the context was rewritten (a history window dropped an old
+screenshot), a new sequence starts with that context as its prompt: every sequence is exactly
+what the policy conditioned on, and only the tokens it sampled carry loss.
+
+At finish each sequence's payload is written to the store once (images once per content hash,
+under their own keys) and only ``SeqMeta`` records go back to the driver.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,28 +24,33 @@ from vlrl.rollout.protocol import GenerateResult
 from vlrl.store.records import EXTRA_PREFIX, Finish, SeqMeta
 
 
-class Trajectory:
-    def __init__(self, trajectory_id: str) -> None:
-        self.trajectory_id = trajectory_id
-        self.token_ids: list[int] = []
-        self.logprobs: list[float] = []
-        self.loss_mask: list[bool] = []
-        self.images: list[ContextImage] = []
-        self.image_offsets: list[int] = []
-        self.context_lengths: list[int] = []
-        self.policy_versions: list[int] = []
-        self.extras: dict[str, list[tuple[int, np.ndarray]]] = {}
-        self.ended_with_stop = True
+@dataclass(slots=True)
+class Sequence:
+    """One training sequence: the exact ids, their logprobs, and which of them the policy sampled."""
 
-    def add_prompt(self, segment: Segment, images: list[ContextImage]) -> None:
-        if len(images) != len(segment.image_offsets):
-            raise ValueError(f"segment has {len(segment.image_offsets)} image slots but {len(images)} images")
-        start = len(self.token_ids)
-        self.token_ids += segment.ids
-        self.logprobs += [0.0] * len(segment.ids)
-        self.loss_mask += [False] * len(segment.ids)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    loss_mask: list[bool] = field(default_factory=list)
+    images: list[ContextImage] = field(default_factory=list)
+    image_offsets: list[int] = field(default_factory=list)
+    context_lengths: list[int] = field(default_factory=list)
+    policy_versions: list[int] = field(default_factory=list)
+    extras: dict[str, list[tuple[int, np.ndarray]]] = field(default_factory=dict)
+
+    def extends_to(self, context: Segment, images: list[ContextImage]) -> bool:
+        n, m = len(self.token_ids), len(self.images)
+        return (
+            context.ids[:n] == self.token_ids
+            and [i.content_hash for i in images[:m]] == [i.content_hash for i in self.images]
+            and context.image_offsets[:m] == self.image_offsets
+        )
+
+    def add_prompt(self, ids: list[int], images: list[ContextImage], offsets: list[int]) -> None:
+        self.token_ids += ids
+        self.logprobs += [0.0] * len(ids)
+        self.loss_mask += [False] * len(ids)
         self.images += images
-        self.image_offsets += [start + offset for offset in segment.image_offsets]
+        self.image_offsets += offsets
 
     def add_generated(self, result: GenerateResult) -> None:
         for name, values in result.extras.items():
@@ -55,10 +66,51 @@ class Trajectory:
         self.token_ids += [int(t) for t in result.token_ids]
         self.logprobs += [float(p) for p in result.logprobs]
         self.loss_mask += [True] * len(result.token_ids)
-        self.ended_with_stop = result.finish_reason == "stop"
 
     def prompt_array(self) -> np.ndarray:
         return np.asarray(self.token_ids, dtype=np.int32)
+
+    def payload(self) -> dict[str, np.ndarray]:
+        fields = {
+            "token_ids": np.asarray(self.token_ids, dtype=np.int32),
+            "logprobs": np.asarray(self.logprobs, dtype=np.float32),
+            "loss_mask": np.asarray(self.loss_mask, dtype=bool),
+        }
+        # Engine-reported fields become per-token arrays over the whole sequence (zero rows on
+        # prompt tokens), so a packer cuts them by token range like the ids.
+        for name, parts in self.extras.items():
+            first = parts[0][1]
+            full = np.zeros((len(self.token_ids), *first.shape[1:]), dtype=first.dtype)
+            for start, values in parts:
+                full[start : start + len(values)] = values
+            fields[f"{EXTRA_PREFIX}{name}"] = full
+        return fields
+
+
+class Trajectory:
+    def __init__(self, trajectory_id: str) -> None:
+        self.trajectory_id = trajectory_id
+        self.sequences: list[Sequence] = []
+
+    @property
+    def current(self) -> Sequence:
+        return self.sequences[-1]
+
+    def set_context(self, context: Segment, images: list[ContextImage]) -> None:
+        """Make the current sequence end with ``context``: extend it, or start a new sequence."""
+        if len(images) != len(context.image_offsets):
+            raise ValueError(f"context has {len(context.image_offsets)} image slots but {len(images)} images")
+        if self.sequences and self.current.extends_to(context, images):
+            sequence = self.current
+            n, m = len(sequence.token_ids), len(sequence.images)
+            sequence.add_prompt(context.ids[n:], images[m:], context.image_offsets[m:])
+        else:
+            sequence = Sequence()
+            sequence.add_prompt(context.ids, images, context.image_offsets)
+            self.sequences.append(sequence)
+
+    def add_generated(self, result: GenerateResult) -> None:
+        self.current.add_generated(result)
 
     def finish(
         self,
@@ -72,51 +124,39 @@ class Trajectory:
         success: bool,
         finish: Finish,
         patch_rule: PatchRule,
-    ) -> SeqMeta:
-        """Write the payload once and return the metadata the driver schedules on."""
-        unique: dict[str, int] = {}
+    ) -> list[SeqMeta]:
+        """Write every sequence's payload once; return their metadata (the trajectory's reward on each)."""
+        stored: dict[str, Any] = {}
         metas = []
-        for image in self.images:
-            if image.content_hash not in unique:
-                unique[image.content_hash] = len(metas)
-                metas.append(store_image(store, image.pixels, rule=patch_rule))
-        store.put(
-            key,
-            {
-                "token_ids": np.asarray(self.token_ids, dtype=np.int32),
-                "logprobs": np.asarray(self.logprobs, dtype=np.float32),
-                "loss_mask": np.asarray(self.loss_mask, dtype=bool),
-                **self._extra_fields(),
-            },
-        )
-        return SeqMeta(
-            key=key,
-            extra_fields=tuple(f"{EXTRA_PREFIX}{name}" for name in self.extras),
-            group_id=group_id,
-            source=source,
-            sample_index=sample_index,
-            reward=float(reward),
-            success=success,
-            finish=finish,
-            turns=len(self.context_lengths),
-            num_tokens=len(self.token_ids),
-            num_response_tokens=sum(self.loss_mask),
-            context_lengths=tuple(self.context_lengths),
-            policy_version=min(self.policy_versions, default=0),
-            images=tuple(metas),
-            image_offsets=tuple(
-                (offset, unique[image.content_hash]) for offset, image in zip(self.image_offsets, self.images)
-            ),
-        )
-
-    def _extra_fields(self) -> dict[str, np.ndarray]:
-        """Each engine-reported field as one per-token array over the whole sequence (zero rows on
-        prompt tokens), so a packer can cut it by token range like the ids."""
-        out = {}
-        for name, parts in self.extras.items():
-            first = parts[0][1]
-            full = np.zeros((len(self.token_ids), *first.shape[1:]), dtype=first.dtype)
-            for start, values in parts:
-                full[start : start + len(values)] = values
-            out[f"{EXTRA_PREFIX}{name}"] = full
-        return out
+        sequences = [s for s in self.sequences if s.context_lengths]  # a prompt never answered trains nothing
+        for index, sequence in enumerate(sequences):
+            for image in sequence.images:
+                if image.content_hash not in stored:
+                    stored[image.content_hash] = store_image(store, image.pixels, rule=patch_rule)
+            unique = list(dict.fromkeys(image.content_hash for image in sequence.images))
+            sequence_key = key if len(sequences) == 1 else f"{key}/{index}"
+            payload = sequence.payload()
+            store.put(sequence_key, payload)
+            metas.append(
+                SeqMeta(
+                    key=sequence_key,
+                    group_id=group_id,
+                    source=source,
+                    sample_index=sample_index,
+                    reward=float(reward),
+                    success=success,
+                    finish=finish,
+                    turns=len(sequence.context_lengths),
+                    num_tokens=len(sequence.token_ids),
+                    num_response_tokens=sum(sequence.loss_mask),
+                    context_lengths=tuple(sequence.context_lengths),
+                    policy_version=min(sequence.policy_versions),
+                    images=tuple(stored[h] for h in unique),
+                    image_offsets=tuple(
+                        (offset, unique.index(image.content_hash))
+                        for offset, image in zip(sequence.image_offsets, sequence.images)
+                    ),
+                    extra_fields=tuple(name for name in payload if name.startswith(EXTRA_PREFIX)),
+                )
+            )
+        return metas
