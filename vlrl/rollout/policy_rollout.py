@@ -1,0 +1,188 @@
+"""``vlrl rollout`` with a policy: groups of Agent Loops per data source on the Harness Pool,
+served by embedded engine replicas, their payloads in the distributed store.
+
+It is the rollout half of a training step: every trajectory's payload is written once to the
+store and only ``SeqMeta`` comes back here; the summary reports what each source achieved and
+what crossed the wire. Every key it wrote (sequences and images) is deleted at the end, as a
+training step deletes what it consumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+from vlrl.config import ConfigError, Ge, NonEmpty
+from vlrl.pool.harness_pool import HarnessPool
+from vlrl.pool.ray_runtime import RayRuntime
+from vlrl.pool.sources import DataSource
+from vlrl.rollout.agent_loop import AgentLoop
+from vlrl.rollout.client import InferenceClient
+from vlrl.rollout.engine import EmbeddedEngine
+from vlrl.rollout.loop_setup import LoopSetup
+from vlrl.store.ray_store import RayStore
+from vlrl.store.records import SeqMeta
+from vlrl.store.transferqueue_store import TransferQueueStore
+
+TINY = "tiny"
+
+
+class PolicyRollout:
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        """Policy-driven episodes of every data source, payloads to the store."""
+
+        ray: RayRuntime = field(default_factory=RayRuntime)
+        """The Ray cluster to run on."""
+
+        model_path: Annotated[str, NonEmpty()] = TINY
+        """Qwen2-VL checkpoint folder, or 'tiny' to build an untrained tiny Qwen2-VL offline."""
+
+        replicas: Annotated[int, Ge(1)] = 1
+        """Embedded engine replicas behind every loop host's client."""
+
+        engine: EmbeddedEngine.Config = field(default_factory=lambda: EmbeddedEngine.Config(model_path=TINY, cpus=0))
+        """Engine replica settings (its model_path is replaced by this config's)."""
+
+        client: InferenceClient.Config = field(default_factory=InferenceClient.Config)
+        """Retries and image shipping of each loop host's inference client."""
+
+        store: RayStore.Config | TransferQueueStore.Config = field(default_factory=RayStore.Config)
+        """Where trajectory payloads go."""
+
+        pool: HarnessPool.Config = field(default_factory=HarnessPool.Config)
+        """Host budget and limits of the Harness Pool."""
+
+        sources: list[DataSource] = field(default_factory=lambda: [DataSource()])
+        """Data sources; each needs an env pool (a budget share) for its codebase."""
+
+        groups_per_source: Annotated[int, Ge(1)] = 2
+        """Groups (tasks) per source; each group runs the source's group_size trajectories."""
+
+        seed: Annotated[int, Ge(0)] = 0
+        """Task seed of the first group; group g uses seed + g."""
+
+        def check(self) -> None:
+            for i, source in enumerate(self.sources):
+                if source.codebase not in self.pool.budget.shares:
+                    raise ConfigError(
+                        f"sources[{i}].codebase",
+                        source.codebase,
+                        f"a codebase with an env pool in pool.budget.shares {sorted(self.pool.budget.shares)}",
+                    )
+
+        def build(self) -> PolicyRollout:
+            return PolicyRollout(self)
+
+    def __init__(self, config: PolicyRollout.Config) -> None:
+        self.config = config
+
+    def run(self) -> dict[str, Any]:
+        import ray
+
+        config = self.config
+        started_ray = config.ray.ensure()
+        with tempfile.TemporaryDirectory(prefix="vlrl-model-") as scratch:
+            model_path = _model_path(config.model_path, Path(scratch))
+            engine_config = replace(config.engine, model_path=model_path)
+            engines = [engine_config.build() for _ in range(config.replicas)]
+            store = config.store.build()
+            pool = config.pool.build(loop_setup=LoopSetup(model_path, tuple(engines), store, config.client))
+            try:
+                started = time.perf_counter()
+                outcomes, owners = self._play(pool)
+                wall_s = time.perf_counter() - started
+                engine_stats = ray.get([engine.stats.remote() for engine in engines])
+                summary = _summary(config, outcomes, owners, engine_stats, pool, wall_s)
+                metas = [meta for o in outcomes if o.status == "ok" for meta in o.value]
+                images = {item.store_key for meta in metas for item in meta.images}
+                store.delete([meta.key for meta in metas] + sorted(images))
+                summary["store_keys_left"] = store.stats().keys
+            finally:
+                pool.shutdown()
+                for engine in engines:
+                    ray.kill(engine)
+                store.destroy()
+                if started_ray:
+                    ray.shutdown()
+        for name, figures in summary["sources"].items():
+            print(
+                f"{name:<16} trajectories {figures['trajectories']:>4}  success {figures['success_rate']:.2f}  "
+                f"mean reward {figures['mean_reward']:+.2f}  failed {figures['failed']}"
+            )
+        print(json.dumps(summary))
+        return summary
+
+    def _play(self, pool: HarnessPool) -> tuple[list[Any], list[str]]:
+        config = self.config
+        jobs, owners = [], []
+        for source in config.sources:
+            for group in range(config.groups_per_source):
+                group_id = f"{source.name}/{config.seed + group}"
+                for index in range(source.group_size):
+                    loop = AgentLoop(source, seed=config.seed + group, group_id=group_id, sample_index=index)
+                    jobs.append((loop, {"codebase": source.codebase, "env_settings": source.env.as_kwargs()}))
+                    owners.append(source.name)
+        return asyncio.run(pool.run_many(jobs)), owners
+
+
+def _model_path(model_path: str, scratch: Path) -> str:
+    if model_path != TINY:
+        return model_path
+    from vlrl.rollout.tiny_model import build_tiny_qwen2vl
+
+    return str(build_tiny_qwen2vl(scratch / "tiny-qwen2vl"))
+
+
+def _summary(
+    config: PolicyRollout.Config,
+    outcomes: list[Any],
+    owners: list[str],
+    engine_stats: list[dict[str, float]],
+    pool: HarnessPool,
+    wall_s: float,
+) -> dict[str, Any]:
+    per_source: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    images: set[str] = set()
+    sequences = 0
+    for name, outcome in zip(owners, outcomes):
+        figures = per_source[name]
+        figures["trajectories"] += 1
+        if outcome.status != "ok":
+            figures["failed"] += 1
+            continue
+        metas: list[SeqMeta] = outcome.value
+        sequences += len(metas)
+        figures["success"] += metas[0].success
+        figures["reward"] += metas[0].reward
+        figures["tokens"] += sum(m.num_tokens for m in metas)
+        images.update(m.content_hash for meta in metas for m in meta.images)
+    done = {name: f["trajectories"] - f["failed"] for name, f in per_source.items()}
+    return {
+        "sources": {
+            name: {
+                "trajectories": int(f["trajectories"]),
+                "failed": int(f["failed"]),
+                "success_rate": f["success"] / max(1, done[name]),
+                "mean_reward": f["reward"] / max(1, done[name]),
+                "mean_tokens": f["tokens"] / max(1, done[name]),
+            }
+            for name, f in per_source.items()
+        },
+        "sequences": sequences,
+        "unique_images": len(images),
+        "image_bytes_received": sum(s["image_bytes_received"] for s in engine_stats),
+        "prefill_tokens": sum(s["prefill_tokens"] for s in engine_stats),
+        "reused_prefix_tokens": sum(s["reused_prefix_tokens"] for s in engine_stats),
+        "pool_sizes": pool.sizes(),
+        "book": {k: v for k, v in asdict(pool.book).items() if k != "errors"},
+        "errors": pool.book.errors[:10],
+        "wall_s": round(wall_s, 2),
+        "model": config.model_path,
+    }
