@@ -107,7 +107,6 @@ class InferenceClient:
         self._config = config or InferenceClient.Config()
         self._sticky: dict[str, int] = {}
         self._trackers: dict[str, DeltaTracker] = {}
-        self._gone: set[int] = set()
         self.stats = ClientStats()
 
     async def generate(
@@ -130,8 +129,9 @@ class InferenceClient:
             try:
                 return await self._try(endpoint, trajectory_id, prompt_ids, images, sampling, request_id)
             except EndpointUnavailable as error:
+                # The replica may be restarting with empty caches, or gone: start afresh on the
+                # least-loaded replica that answers (possibly this one, once it is back).
                 errors.append(f"{endpoint.name} unavailable: {error}")
-                self._gone.add(replica)
                 self._sticky.pop(trajectory_id, None)
                 self._trackers[trajectory_id].reset()
                 self.stats.reroutes += 1
@@ -146,7 +146,7 @@ class InferenceClient:
         """Drop the trajectory's stickiness and let its replica free the cached prefix."""
         self._trackers.pop(trajectory_id, None)
         replica = self._sticky.pop(trajectory_id, None)
-        if replica is not None and replica not in self._gone:
+        if replica is not None:
             try:
                 await self._endpoints[replica].forget(trajectory_id)
             except (EndpointUnavailable, TransientEndpointError):
@@ -194,17 +194,17 @@ class InferenceClient:
         self._trackers.setdefault(trajectory_id, DeltaTracker())
         if trajectory_id in self._sticky:
             return self._sticky[trajectory_id]
-        live = [i for i in range(len(self._endpoints)) if i not in self._gone] or list(range(len(self._endpoints)))
-        loads = await asyncio.gather(*(self._load(i) for i in live), return_exceptions=False)
-        replica = min(zip(loads, live))[1]
+        replicas = range(len(self._endpoints))
+        loads = await asyncio.gather(*(self._load(i) for i in replicas))
+        replica = min(zip(loads, replicas))[1]
         self._sticky[trajectory_id] = replica
         return replica
 
     async def _load(self, replica: int) -> float:
+        """The replica's own count of queued and running requests; unreachable ones rank last."""
         try:
             return await self._endpoints[replica].load()
         except (EndpointUnavailable, TransientEndpointError):
-            self._gone.add(replica)
             return float("inf")
 
 

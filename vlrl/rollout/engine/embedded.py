@@ -62,6 +62,10 @@ class EmbeddedEngine:
         gpus: Annotated[float, Ge(0)] = 0.0
         """Ray GPUs the actor reserves (1 with device 'cuda')."""
 
+        max_restarts: Annotated[int, Ge(0)] = 0
+        """Times Ray restarts a crashed replica in place; it comes back with empty caches, so
+        clients see cache misses and resend."""
+
         def check(self) -> None:
             if self.max_concurrency <= self.max_batch:
                 raise ConfigError(
@@ -76,7 +80,12 @@ class EmbeddedEngine:
                 raise RuntimeError("EmbeddedEngine needs a running Ray: call ray.init() first")
             return (
                 ray.remote(EmbeddedEngine)
-                .options(max_concurrency=self.max_concurrency, num_cpus=self.cpus, num_gpus=self.gpus)
+                .options(
+                    max_concurrency=self.max_concurrency,
+                    num_cpus=self.cpus,
+                    num_gpus=self.gpus,
+                    max_restarts=self.max_restarts,
+                )
                 .remote(self)
             )
 

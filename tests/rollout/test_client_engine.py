@@ -1,0 +1,66 @@
+"""The inference client against the real embedded engine: evictions and a replica restart in the
+middle of a trajectory are survived by resending, never by failing the rollout."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from vlrl.rollout.chat import ChatFormat, ChatTurn
+from vlrl.rollout.client import ContextImage, InferenceClient
+from vlrl.rollout.engine import EmbeddedEngine
+from vlrl.rollout.protocol import SamplingParams
+from vlrl.rollout.ray_endpoint import RayEndpoint
+from vlrl.rollout.tiny_model import patch_rule_of
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _screens(n: int) -> list[ContextImage]:
+    rng = np.random.default_rng(1)
+    return [ContextImage.of(rng.integers(0, 256, (240, 320, 3), dtype=np.uint8)) for _ in range(n)]
+
+
+async def _turns(client, chat, screens, first: int, last: int, turns: list[ChatTurn]):
+    sampling = SamplingParams(temperature=0.0, max_tokens=3, stop_token_ids=chat.stop_token_ids)
+    for turn in range(first, last):
+        turns.append(ChatTurn("Click OK." if turn == 0 else "", (320, 240)))
+        ids = np.asarray(chat.context(turns).ids, np.int32)
+        result = await client.generate("traj", ids, screens[: turn + 1], sampling, request_id=f"r{turn}")
+        turns[-1].answer = [int(t) for t in result.token_ids]
+        turns[-1].answer_stopped = result.finish_reason == "stop"
+
+
+def _chat(processor) -> ChatFormat:
+    return ChatFormat(processor.tokenizer, patch_rule_of(processor), "gui-agent", "Answer with one action.")
+
+
+def test_a_small_engine_image_cache_makes_the_client_resend(ray_session, tiny_path, processor):
+    engine = EmbeddedEngine.Config(model_path=str(tiny_path), cpus=0, image_cache_mb=1.5).build()
+    try:
+        client = InferenceClient([RayEndpoint(engine, "engine")], InferenceClient.Config(backoff_s=0))
+        screens = _screens(4)
+        asyncio.run(_turns(client, _chat(processor), screens, 0, 4, []))
+        stats = ray_session.get(engine.stats.remote())
+        assert client.stats.cache_misses > 0 and stats["image_cache_evictions"] > 0
+        assert stats["image_bytes_received"] == client.stats.image_bytes_sent > sum(s.pixels.nbytes for s in screens)
+    finally:
+        ray_session.kill(engine)
+
+
+def test_a_replica_restart_mid_trajectory_is_survived(ray_session, tiny_path, processor):
+    engine = EmbeddedEngine.Config(model_path=str(tiny_path), cpus=0, max_restarts=1).build()
+    try:
+        client = InferenceClient([RayEndpoint(engine, "engine")], InferenceClient.Config(backoff_s=0.5, retries=6))
+        chat, screens, turns = _chat(processor), _screens(4), []
+        asyncio.run(_turns(client, chat, screens, 0, 2, turns))
+        ray_session.kill(engine, no_restart=False)  # the replica crashes and comes back empty
+        asyncio.run(_turns(client, chat, screens, 2, 4, turns))
+        stats = ray_session.get(engine.stats.remote())
+        # The new process saw the older screens again (resent after its misses) and the new ones.
+        assert stats["image_bytes_received"] == sum(s.pixels.nbytes for s in screens)
+        assert client.stats.retries + client.stats.cache_misses > 0
+    finally:
+        ray_session.kill(engine)

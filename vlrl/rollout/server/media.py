@@ -1,0 +1,156 @@
+"""Images of a chat request: decoded (off the event loop) to canonical pixels, or found by uuid.
+
+An image sent with bytes is decoded under a pixel limit (decompression bombs are refused from
+the header) and, when it carries a ``uuid``, remembered as ``uuid -> (content hash, size)``: a
+later ``"image_url": null`` part with that uuid is served from the engine's image cache, keyed
+by content hash. The uuid table is a bounded LRU of small records; the pixels live only in the
+engine cache, whose eviction is what a client normally sees as a miss.
+
+Remote ``http(s)`` URLs are fetched only from hosts on an allowlist (empty by default), without
+redirects, under a timeout and the request size limit: a server that fetched any URL would let
+its clients probe the network behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import aiohttp
+import numpy as np
+
+from vlrl.mm import ImageError, content_hash, decode_image
+from vlrl.rollout.protocol import ImagePart
+from vlrl.rollout.server.wire import ApiError, ImageInput
+
+_FETCH_TIMEOUT_S = 10.0
+
+
+@dataclass(slots=True)
+class MediaStats:
+    images_received: int = 0
+    """Images that came with bytes (data URL or fetched)."""
+    image_bytes_received: int = 0
+    """Encoded bytes of those images (after base64 decoding)."""
+    images_referenced: int = 0
+    """Images sent as a bare uuid reference."""
+    remote_images_fetched: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    content_hash: str
+    width: int
+    height: int
+
+
+class ImageResolver:
+    def __init__(self, *, max_pixels: int, max_bytes: int, remote_hosts: Sequence[str], max_uuids: int) -> None:
+        self._max_pixels = max_pixels
+        self._max_bytes = max_bytes
+        self._remote_hosts = frozenset(host.lower() for host in remote_hosts)
+        self._max_uuids = max_uuids
+        self._known: OrderedDict[str, _Known] = OrderedDict()
+        self._session: aiohttp.ClientSession | None = None
+        self.stats = MediaStats()
+
+    async def resolve(self, images: Sequence[ImageInput]) -> tuple[list[ImagePart | None], list[int]]:
+        """The request's images in order, and the indices of references this server does not hold.
+
+        A part is None exactly at a missing index; images sent with bytes are remembered even when
+        another one misses, so the client's resend need only carry the missing ones.
+        """
+        sent = [i for i, image in enumerate(images) if image.url is not None]
+        decoded = await asyncio.gather(*(self._decode(images[i]) for i in sent))
+        parts: list[ImagePart | None] = [None] * len(images)
+        for i, part in zip(sent, decoded):
+            parts[i] = part
+            if images[i].uuid is not None:
+                self._remember(images[i].uuid, _Known(part.content_hash, part.width, part.height))
+        missing = []
+        for i, image in enumerate(images):
+            if image.url is None:
+                self.stats.images_referenced += 1
+                known = self._known.get(image.uuid)
+                if known is None:
+                    missing.append(i)
+                else:
+                    self._known.move_to_end(image.uuid)
+                    parts[i] = ImagePart(known.content_hash, known.width, known.height)
+        return parts, missing
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _remember(self, uuid: str, known: _Known) -> None:
+        self._known[uuid] = known
+        self._known.move_to_end(uuid)
+        while len(self._known) > self._max_uuids:
+            self._known.popitem(last=False)
+
+    async def _decode(self, image: ImageInput) -> ImagePart:
+        where = f"{image.where}.image_url.url"
+        if image.url.startswith("data:"):
+            data = await asyncio.to_thread(_data_url_bytes, image.url, where)
+        else:
+            data = await self._fetch(image.url, where)
+        if len(data) > self._max_bytes:
+            raise ApiError(f"{where}: image of {len(data)} bytes; at most {self._max_bytes} are accepted", param=where)
+        try:
+            pixels, key = await asyncio.to_thread(_canonical, data, self._max_pixels)
+        except ImageError as error:
+            raise ApiError(f"{where}: {error}", param=where) from None
+        self.stats.images_received += 1
+        self.stats.image_bytes_received += len(data)
+        return ImagePart(key, int(pixels.shape[1]), int(pixels.shape[0]), pixels)
+
+    async def _fetch(self, url: str, where: str) -> bytes:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise ApiError(
+                f"{where}: URL scheme {parts.scheme!r}; expected a data: URL (or http(s) from an allowed host)",
+                param=where,
+            )
+        host = (parts.hostname or "").lower()
+        if host not in self._remote_hosts:
+            raise ApiError(
+                f"{where}: remote image URLs are refused (host {host!r} is not allowed); send the image as"
+                " a data: URL, or start the server with --allow-remote-images HOST",
+                param=where,
+            )
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=_FETCH_TIMEOUT_S))
+        try:
+            async with self._session.get(url, allow_redirects=False) as response:
+                if response.status != 200:
+                    raise ApiError(f"{where}: fetching {url} answered HTTP {response.status}", param=where)
+                data = bytearray()
+                async for chunk in response.content.iter_chunked(1 << 16):
+                    data += chunk
+                    if len(data) > self._max_bytes:
+                        raise ApiError(f"{where}: {url} is larger than {self._max_bytes} bytes", param=where)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            raise ApiError(f"{where}: could not fetch {url} ({type(error).__name__})", param=where) from None
+        self.stats.remote_images_fetched += 1
+        return bytes(data)
+
+
+def _data_url_bytes(url: str, where: str) -> bytes:
+    header, comma, payload = url.partition(",")
+    if not comma or not header.endswith(";base64"):
+        raise ApiError(f"{where}: expected a base64 data URL, data:image/png;base64,...", param=where)
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(f"{where}: the data URL's payload is not valid base64", param=where) from None
+
+
+def _canonical(data: bytes, max_pixels: int) -> tuple[np.ndarray, str]:
+    pixels = decode_image(data, max_pixels=max_pixels)
+    return pixels, content_hash(pixels)
