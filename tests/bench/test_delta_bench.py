@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+
+from tests.bench.run_bench import run_bench
 
 
 @pytest.mark.slow
 def test_delta_shipping_meets_the_byte_targets():
-    done = subprocess.run(
-        [sys.executable, "-m", "vlrl.cli", "bench", "delta", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_bench("delta")
     assert result["delta_over_bound"] <= 1.05
     assert result["full_over_delta_T15"] >= 8
     assert result["full_over_delta_T50"] >= 25

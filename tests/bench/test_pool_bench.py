@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+
+from tests.bench.run_bench import run_bench
 
 
 @pytest.mark.slow
 def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_both_ratios():
-    done = subprocess.run(
-        [sys.executable, "-m", "vlrl.cli", "bench", "pool", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_bench("pool")
     assert result["actors_pool"] == result["pool_8x"]["actors"] == 4
     assert result["pool"]["processes"] == result["pool_8x"]["processes"] == 4
     assert result["actors_per_rollout"] == result["per_rollout"]["processes"] == result["workload"]["episodes"]

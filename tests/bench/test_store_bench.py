@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+from tests.bench.run_bench import run_bench
+
 
 @pytest.mark.slow
 def test_store_bench_prints_every_backend_and_the_ratios_as_last_json_line():
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    done = subprocess.run(
-        [sys.executable, "-m", "vlrl.cli", "bench", "store", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_bench("store")
     assert set(result["backends"]) == {"local", "ray", "transferqueue"}
     for name, figures in result["backends"].items():
         assert figures["put_mb_s"] > 0 and figures["get_mb_s"] > 0, name

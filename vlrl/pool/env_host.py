@@ -18,8 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import ray
-
 from vlrl.harness import Action, Harness, HarnessError, Observation, StepResult
 from vlrl.pool.host_config import HostConfig
 
@@ -146,17 +144,3 @@ class EnvHost:
     def _idle_count(self) -> int:
         return sum(len(idle) for idle in self._idle.values())
 
-
-def env_host_actor(index: int, factory: Callable[..., Harness], config: HostConfig, name: str) -> Any:
-    """Start one env host actor with explicit limits."""
-    return (
-        ray.remote(EnvHost)
-        .options(
-            name=name,
-            namespace="vlrl",
-            num_cpus=config.cpus,
-            max_concurrency=config.max_concurrency,
-            scheduling_strategy="SPREAD",
-        )
-        .remote(index, factory, config)
-    )

@@ -21,10 +21,10 @@ from ray.exceptions import RayActorError
 from vlrl.config import Ge, Gt
 from vlrl.harness import resolve
 from vlrl.pool.budget import LOOP_POOL, HostBudget
-from vlrl.pool.env_host import env_host_actor
+from vlrl.pool.env_host import EnvHost
 from vlrl.pool.host_config import HostConfig
 from vlrl.pool.host_pool import HostLease, HostPool
-from vlrl.pool.loop_host import loop_host_actor
+from vlrl.pool.loop_host import LoopHost
 from vlrl.pool.tenant import EnvAssignment, Tenant, TenantOutcome
 
 
@@ -87,7 +87,7 @@ class HarnessPool:
             f"{run}/{LOOP_POOL}",
             sizes[LOOP_POOL],
             config.loop_host.max_tenants,
-            lambda i, name: loop_host_actor(i, config.loop_host, loop_setup, name),
+            lambda i, name: config.loop_host.start(LoopHost, name, i, config.loop_host, loop_setup),
         )
         self.envs: dict[str, HostPool] = {}
         for codebase, size in sizes.items():
@@ -98,7 +98,7 @@ class HarnessPool:
                 f"{run}/env-{codebase}",
                 size,
                 config.env_host.max_tenants,
-                lambda i, name, f=factory: env_host_actor(i, f, config.env_host, name),
+                lambda i, name, f=factory: config.env_host.start(EnvHost, name, i, f, config.env_host),
             )
         self.book = RunBook()
         self._wait_ready(config.startup_timeout_s)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from vlrl.config import Ge, Gt
 
@@ -31,3 +31,19 @@ class HostConfig:
     def max_concurrency(self) -> int:
         """Ray concurrent calls per host: every tenant plus headroom for control calls."""
         return self.max_tenants + 16
+
+    def start(self, host_class: type, name: str, *args: Any) -> Any:
+        """Start one host actor of ``host_class`` with these explicit limits, spread over nodes."""
+        import ray
+
+        return (
+            ray.remote(host_class)
+            .options(
+                name=name,
+                namespace="vlrl",
+                num_cpus=self.cpus,
+                max_concurrency=self.max_concurrency,
+                scheduling_strategy="SPREAD",
+            )
+            .remote(*args)
+        )

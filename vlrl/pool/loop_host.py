@@ -15,7 +15,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import ray
 from ray.exceptions import RayActorError
 
 from vlrl.pool.host_config import HostConfig
@@ -66,17 +65,3 @@ def _describe(error: BaseException, *, with_trace: bool = False) -> str:
         text += "\n" + "".join(traceback.format_exception(error)[-6:])
     return text
 
-
-def loop_host_actor(index: int, config: HostConfig, setup: Callable[[], dict[str, Any]] | None, name: str) -> Any:
-    """Start one loop host actor with explicit limits."""
-    return (
-        ray.remote(LoopHost)
-        .options(
-            name=name,
-            namespace="vlrl",
-            num_cpus=config.cpus,
-            max_concurrency=config.max_concurrency,
-            scheduling_strategy="SPREAD",
-        )
-        .remote(index, config, setup)
-    )

@@ -15,7 +15,7 @@ from vlrl.config import ConfigError, Ge
 from vlrl.pool.episode import ScriptedEpisode
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.ray_runtime import RayRuntime
-from vlrl.pool.sources import DataSource
+from vlrl.pool.sources import DataSource, check_sources_have_pools
 
 
 class ScriptedRollout:
@@ -45,13 +45,7 @@ class ScriptedRollout:
             names = [source.name for source in self.sources]
             if len(set(names)) != len(names):
                 raise ConfigError("sources", names, "unique source names")
-            for i, source in enumerate(self.sources):
-                if source.codebase not in self.pool.budget.shares:
-                    raise ConfigError(
-                        f"sources[{i}].codebase",
-                        source.codebase,
-                        f"a codebase with an env pool in pool.budget.shares {sorted(self.pool.budget.shares)}",
-                    )
+            check_sources_have_pools(self.sources, self.pool.budget.shares)
 
         def build(self) -> ScriptedRollout:
             return ScriptedRollout(self)

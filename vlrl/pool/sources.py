@@ -102,3 +102,14 @@ class DataSource:
         known = registered()
         if self.codebase not in known:
             raise ConfigError("codebase", self.codebase, f"a registered harness codebase, one of {known}")
+
+
+def check_sources_have_pools(sources: list[DataSource], shares: dict[str, float]) -> None:
+    """Every source's codebase needs an env pool, i.e. a share of the host budget."""
+    for i, source in enumerate(sources):
+        if source.codebase not in shares:
+            raise ConfigError(
+                f"sources[{i}].codebase",
+                source.codebase,
+                f"a codebase with an env pool in pool.budget.shares {sorted(shares)}",
+            )

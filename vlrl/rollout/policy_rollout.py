@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
-from vlrl.config import ConfigError, Ge, NonEmpty
+from vlrl.config import Ge, NonEmpty
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.ray_runtime import RayRuntime
-from vlrl.pool.sources import DataSource
+from vlrl.pool.sources import DataSource, check_sources_have_pools
 from vlrl.rollout.agent_loop import AgentLoop
 from vlrl.rollout.client import InferenceClient
 from vlrl.rollout.engine import EmbeddedEngine
@@ -69,13 +69,7 @@ class PolicyRollout:
         """Task seed of the first group; group g uses seed + g."""
 
         def check(self) -> None:
-            for i, source in enumerate(self.sources):
-                if source.codebase not in self.pool.budget.shares:
-                    raise ConfigError(
-                        f"sources[{i}].codebase",
-                        source.codebase,
-                        f"a codebase with an env pool in pool.budget.shares {sorted(self.pool.budget.shares)}",
-                    )
+            check_sources_have_pools(self.sources, self.pool.budget.shares)
 
         def build(self) -> PolicyRollout:
             return PolicyRollout(self)
