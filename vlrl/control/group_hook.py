@@ -1,0 +1,188 @@
+"""The accept-time hook: what happens to one group when its last trajectory finishes.
+
+Reward mode, in order, everything but the last step on metadata:
+
+1. the pass-rate sampler accepts or rejects the group (rewards as rollout or grader left them);
+2. the overlong penalty is added to each reward;
+3. group-relative advantages are computed from those rewards, then the user's shaping hook;
+4. a group whose advantages are all exactly zero is dropped (it would add nothing to the loss
+   but tokens to the batch);
+5. only the ``loss_mask`` column of the group's keys is read, and each sequence's scalar
+   advantage is written back per token as the float32 field ``advantages``.
+
+OPD mode replaces steps 1-3: a teacher scorer has already written ``teacher_logprobs`` into the
+store, and the per-token advantage is ``teacher_logprobs - logprobs`` on generated tokens, read
+from the ``logprobs``, ``teacher_logprobs`` and ``loss_mask`` columns only.
+
+The hook never deletes keys: a rejected or dropped group's keys are in
+``GroupDecision.keys_to_delete`` and the driver deletes them, since it owns key lifetimes (no key
+outlives the step that consumed it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+import numpy as np
+
+from vlrl.config import ConfigError, Gt, NonEmpty
+from vlrl.control.advantages import (
+    Estimator,
+    ShapingError,
+    apply_shaping,
+    group_advantages,
+    opd_token_advantages,
+    resolve_shaping,
+    token_advantages,
+)
+from vlrl.control.groups import group_id_of
+from vlrl.control.penalties import OverlongPenalty
+from vlrl.control.sampler import PassRateSampler
+from vlrl.store import PayloadStore
+from vlrl.store.records import SeqMeta
+
+ADVANTAGES_FIELD = "advantages"
+"""Per-token float32 advantages the hook writes for every accepted sequence."""
+
+TEACHER_FIELD = "teacher_logprobs"
+"""Per-token float32 teacher logprobs a teacher scorer writes under OPD."""
+
+Status = Literal["accepted", "rejected", "dropped"]
+
+
+class MissingTeacherScores(LookupError):
+    """OPD mode reached a group before its teacher scores were in the store."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDecision:
+    group_id: str
+    status: Status
+    """``rejected`` by the sampler, ``dropped`` for all-zero advantages, else ``accepted``."""
+    reason: str
+    keys: tuple[str, ...]
+    """The group's store keys, in the order of the metas the hook was given."""
+    rewards: tuple[float, ...]
+    """Final reward per sequence: after the overlong penalty, or as given if rejected before it."""
+    advantages: tuple[float, ...] = ()
+    """Scalar advantage per sequence after shaping (OPD: the mean per-token advantage over the
+    response, for metrics); empty when the sampler rejected the group first."""
+
+    @property
+    def accepted(self) -> bool:
+        return self.status == "accepted"
+
+    @property
+    def keys_to_delete(self) -> tuple[str, ...]:
+        """Keys the driver must delete now: all of a rejected or dropped group, none otherwise."""
+        return () if self.accepted else self.keys
+
+
+class GroupHook:
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        """Sampling, penalties, advantages and shaping of each finished group."""
+
+        mode: Literal["reward", "opd"] = "reward"
+        """``reward``: advantages from group rewards. ``opd``: per-token teacher-minus-student
+        logprobs (sampler, penalty, estimator and shaping are not used)."""
+
+        estimator: Estimator = "grpo"
+        """Group-relative estimator: ``grpo`` (mean and std), ``dr_grpo`` (mean only) or ``rloo``."""
+
+        eps: Annotated[float, Gt(0)] = 1e-6
+        """Added to the group std under ``grpo``."""
+
+        sampler: PassRateSampler.Config = field(default_factory=PassRateSampler.Config)
+        """Pass-rate window a group must fall in."""
+
+        overlong: OverlongPenalty.Config | None = None
+        """Overlong soft penalty on response length, or None for none."""
+
+        shaping: Annotated[str, NonEmpty()] | None = None
+        """Advantage shaping hook as ``'module:function'``, a callable ``(metas, advantages) ->
+        advantages``; None for none."""
+
+        drop_zero_advantage: bool = True
+        """Drop a group whose advantages (after shaping) are all exactly zero."""
+
+        def check(self) -> None:
+            if self.shaping is not None:
+                try:
+                    resolve_shaping(self.shaping)
+                except ShapingError as error:
+                    raise ConfigError(
+                        "shaping", self.shaping, "a 'module:function' reference to a shaping callable", hint=str(error)
+                    ) from None
+
+        def build(self) -> GroupHook:
+            return GroupHook(self)
+
+    def __init__(self, config: GroupHook.Config) -> None:
+        self.config = config
+        self.sampler = config.sampler.build()
+        self.overlong = None if config.overlong is None else config.overlong.build()
+        self.shaping = None if config.shaping is None else resolve_shaping(config.shaping)
+
+    def __call__(self, metas: Sequence[SeqMeta], store: PayloadStore) -> GroupDecision:
+        group_id = group_id_of(metas)
+        if self.config.mode == "opd":
+            return self._opd(group_id, metas, store)
+        keys = tuple(m.key for m in metas)
+        sampled = self.sampler.decide(metas)
+        if not sampled.accepted:
+            return GroupDecision(group_id, "rejected", sampled.reason, keys, tuple(m.reward for m in metas))
+        rewards = np.array([m.reward for m in metas]) if self.overlong is None else self.overlong.apply(metas)  # (n,)
+        advantages = group_advantages(rewards, self.config.estimator, eps=self.config.eps)  # (n,)
+        if self.shaping is not None:
+            advantages = apply_shaping(self.shaping, metas, advantages)
+        final = (tuple(rewards.tolist()), tuple(advantages.tolist()))
+        if self.config.drop_zero_advantage and not advantages.any():
+            return GroupDecision(group_id, "dropped", f"{sampled.reason}; all advantages zero", keys, *final)
+        masks = store.get(list(keys), fields=["loss_mask"])
+        per_token = [token_advantages(_column(masks, m, "loss_mask"), a) for m, a in zip(metas, advantages)]
+        _write(store, metas, per_token)
+        return GroupDecision(group_id, "accepted", sampled.reason, keys, *final)
+
+    def _opd(self, group_id: str, metas: Sequence[SeqMeta], store: PayloadStore) -> GroupDecision:
+        keys = tuple(m.key for m in metas)
+        missing = [k for k in keys if TEACHER_FIELD not in store.schema(k)]  # schema reads no payload
+        if missing:
+            raise MissingTeacherScores(
+                f"group {group_id!r}: keys {missing} have no {TEACHER_FIELD!r} field; "
+                "the teacher scorer must finish a group before the accept-time hook runs"
+            )
+        rows = store.get(list(keys), fields=["logprobs", TEACHER_FIELD, "loss_mask"])
+        per_token = [
+            opd_token_advantages(
+                _column(rows, m, "logprobs"), _column(rows, m, TEACHER_FIELD), _column(rows, m, "loss_mask")
+            )
+            for m in metas
+        ]  # n x (T_i,) float32
+        means = tuple(float(a.sum() / max(m.num_response_tokens, 1)) for a, m in zip(per_token, metas))
+        rewards = tuple(m.reward for m in metas)
+        if self.config.drop_zero_advantage and not any(a.any() for a in per_token):
+            reason = "OPD: teacher and student agree on every token"
+            return GroupDecision(group_id, "dropped", reason, keys, rewards, means)
+        _write(store, metas, per_token)
+        return GroupDecision(group_id, "accepted", "OPD: teacher-scored", keys, rewards, means)
+
+
+def _column(rows: dict[str, dict[str, np.ndarray]], meta: SeqMeta, name: str) -> np.ndarray:
+    """One per-token column of ``meta``'s row, checked against its length in metadata."""
+    column = rows[meta.key][name]
+    if column.shape != (meta.num_tokens,):
+        raise ValueError(
+            f"store key {meta.key!r}: field {name!r} has shape {column.shape}; SeqMeta.num_tokens={meta.num_tokens} "
+            f"expects ({meta.num_tokens},)"
+        )
+    return column
+
+
+def _write(store: PayloadStore, metas: Sequence[SeqMeta], per_token: list[np.ndarray]) -> None:
+    """Write each sequence's ``(T_i,)`` advantages, once all were computed and checked: a bad row
+    fails the group before any of it is written."""
+    for meta, advantages in zip(metas, per_token):
+        store.add_fields(meta.key, {ADVANTAGES_FIELD: advantages})
