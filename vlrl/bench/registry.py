@@ -36,5 +36,10 @@ BENCHMARKS: dict[str, Benchmark] = {
             "bytes a multi-turn GUI agent ships: full resend vs last-5 window vs delta, and rollout time",
             "vlrl.bench.delta_bench",
         ),
+        Benchmark(
+            "pack",
+            "micro-batch planner balance vs Karmarkar-Karp and arrival order, and planning time (metadata only)",
+            "vlrl.bench.pack_bench",
+        ),
     ]
 }

@@ -40,15 +40,21 @@ class HostBudget:
             )
 
     def sizes(self) -> dict[str, int]:
-        """Hosts per pool: proportional to shares (largest remainder), at least one each."""
+        """Hosts per pool: proportional to shares, at least one each."""
         self.check()
-        total = sum(self.shares.values())
-        exact = {name: self.total_hosts * share / total for name, share in self.shares.items()}
-        sizes = {name: max(1, int(value)) for name, value in exact.items()}
-        by_remainder = sorted(exact, key=lambda n: exact[n] - int(exact[n]), reverse=True)
-        for name in by_remainder[: max(0, self.total_hosts - sum(sizes.values()))]:
-            sizes[name] += 1
-        while sum(sizes.values()) > self.total_hosts:  # minimums pushed us over: trim the most over-served
-            name = max((n for n in sizes if sizes[n] > 1), key=lambda n: sizes[n] - exact[n])
-            sizes[name] -= 1
-        return sizes
+        return split_by_shares(self.total_hosts, self.shares, minimum=1)
+
+
+def split_by_shares(total: int, shares: dict[str, float], *, minimum: int = 0) -> dict[str, int]:
+    """Split ``total`` integer units by relative ``shares`` (largest remainder), each part at least
+    ``minimum``; ties go to the earlier name. Callers ensure ``total >= minimum * len(shares)``."""
+    weight = sum(shares.values())
+    exact = {name: total * share / weight for name, share in shares.items()}
+    parts = {name: max(minimum, int(value)) for name, value in exact.items()}
+    by_remainder = sorted(exact, key=lambda n: exact[n] - int(exact[n]), reverse=True)
+    for name in by_remainder[: max(0, total - sum(parts.values()))]:
+        parts[name] += 1
+    while sum(parts.values()) > total:  # minimums pushed us over: trim the most over-served
+        name = max((n for n in parts if parts[n] > minimum), key=lambda n: parts[n] - exact[n])
+        parts[name] -= 1
+    return parts

@@ -1,0 +1,35 @@
+"""The planner benchmark: figures it reports, and the 64k-sequence plan it times."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlrl.bench.pack_bench import draw_lengths, measure
+
+
+def test_lengths_are_skewed_gui_trajectories():
+    lengths = draw_lengths(10_000, seed=0)
+    assert lengths.min() >= 1024 and lengths.max() <= 32768
+    assert 3000 < float(sorted(lengths)[5000]) < 5500  # median ~4k
+    assert (lengths >= 16384).mean() > 0.02  # a long tail
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_small_measure(seed):
+    result = measure(2048, dp=8, budget=65536, seed=seed)
+    assert result["imbalance_planner"] <= result["imbalance_kk"] + 1e-9
+    assert result["imbalance_planner"] < result["imbalance_naive"]
+    assert 0.5 < result["fill"] <= 1
+    assert result["empty_micro_batches"] == 0
+
+
+def test_plans_64k_sequences_quickly():
+    result = measure(65536, dp=8, budget=65536, seed=0)
+    print(
+        f"\n64k sequences, dp=8: planned in {result['plan_seconds']:.3f} s (KK alone {result['kk_seconds']:.3f} s);"
+        f" imbalance planner {result['imbalance_planner']:.12f}, KK {result['imbalance_kk']:.12f},"
+        f" naive {result['imbalance_naive']:.6f}; {result['micro_batches']} micro-batches per rank,"
+        f" fill {result['fill']:.4f}, step imbalance {result['step_imbalance']:.6f}"
+    )
+    assert result["plan_seconds"] < 5  # a sanity bound; the figure itself is printed above
+    assert result["imbalance_planner"] <= result["imbalance_kk"] + 1e-9 < result["imbalance_naive"]

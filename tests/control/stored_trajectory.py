@@ -1,0 +1,66 @@
+"""A model-free trajectory tenant for driver tests: it plays a light-harness episode on its
+leased env instance and stores a small payload plus its screenshot, as an Agent Loop would."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vlrl.harness import Action
+from vlrl.mm import store_image
+from vlrl.pool.sources import DataSource
+from vlrl.pool.tenant import TenantContext
+from vlrl.store.records import SeqMeta
+
+
+@dataclass(frozen=True)
+class StoreSetup:
+    """Loop-host setup: every tenant of the host shares this store client."""
+
+    store: Any
+
+    def __call__(self) -> dict[str, Any]:
+        return {"store": self.store}
+
+
+@dataclass(frozen=True)
+class StoredTrajectory:
+    """Succeeds on even sample indices of odd task seeds, so groups of even seeds all fail
+    (unless ``always_mixed``: then every group has successes and failures)."""
+
+    source: DataSource
+    seed: int
+    group_id: str
+    index: int
+    version: int = 0
+    always_mixed: bool = False
+
+    async def run(self, ctx: TenantContext) -> list[SeqMeta]:
+        store = ctx.shared["store"]
+        env = await ctx.open_env()
+        obs, _ = await env.reset(seed=self.seed)
+        terminated = truncated = False
+        while not (terminated or truncated):
+            obs, _, terminated, truncated, _ = await env.step(Action.click(1, 1))
+        success = (self.always_mixed or self.seed % 2 == 1) and self.index % 2 == 0
+        image = await ctx.to_thread(store_image, store, obs.screenshot)
+        n, prompt = 12 + self.index, 8
+        key = f"seq/{self.group_id}/{self.index}/{ctx.tenant_id}"
+        store.put(
+            key,
+            {
+                "token_ids": np.arange(n, dtype=np.int32),
+                "logprobs": np.where(np.arange(n) >= prompt, -0.5, 0.0).astype(np.float32),
+                "loss_mask": np.arange(n) >= prompt,
+            },
+        )
+        return [
+            SeqMeta(
+                key=key, group_id=self.group_id, source=self.source.name, sample_index=self.index,
+                reward=float(success), success=success, finish="done", turns=1, num_tokens=n,
+                num_response_tokens=n - prompt, context_lengths=(prompt,), policy_version=self.version,
+                images=(image,), image_offsets=((1, 0),),
+            )
+        ]

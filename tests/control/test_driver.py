@@ -1,0 +1,175 @@
+"""The driver on real parts (Ray pool, light harness, Ray store): shares, sampling, staleness,
+grading, failures, and exact books with no key left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import replace
+
+import pytest
+
+from vlrl.control.driver import Driver
+from vlrl.control.grader import GraderRunner
+from vlrl.control.group_hook import GroupHook
+from vlrl.control.sampler import PassRateSampler
+from vlrl.harness import register
+from vlrl.pool import HarnessPool, HostBudget, HostConfig
+from vlrl.pool.sources import DataSource, EnvSettings
+from vlrl.store.ray_store import RayStore
+from tests.control.stored_trajectory import StoreSetup, StoredTrajectory
+
+pytestmark = pytest.mark.ray
+
+register("light", "tests.pool.light_harness:LightHarness")
+register("light-other", "tests.pool.light_harness:OtherLightHarness")
+
+A = DataSource(name="a", codebase="light", group_size=4, batch_share=3.0, env=EnvSettings(params={"step_s": 0.01}))
+B = DataSource(name="b", codebase="light-other", group_size=2, batch_share=1.0, env=EnvSettings(params={"step_s": 0.01}))
+
+
+@pytest.fixture()
+def parts(ray_session):
+    store = RayStore.Config(namespace=uuid.uuid4().hex[:8]).build()
+    pool = HarnessPool.Config(
+        budget=HostBudget(total_hosts=3, shares={"loop": 1, "light": 1, "light-other": 1}),
+        loop_host=HostConfig(max_tenants=64),
+        env_host=HostConfig(max_tenants=64),
+    ).build(loop_setup=StoreSetup(store))
+    yield pool, store
+    pool.shutdown()
+    store.destroy()
+
+
+def _factory(version: int = 0):
+    return lambda source, seed, group_id, index: StoredTrajectory(source, seed, group_id, index, version)
+
+
+def _balanced(book) -> bool:
+    return book.generated == book.accepted + book.rejected + book.dropped + book.failed + book.stale + book.pending
+
+
+def test_batches_honour_source_shares_and_nothing_outlives_consumption(parts):
+    pool, store = parts
+    driver = Driver(Driver.Config(groups_per_batch=4), [A, B], pool, store, tenant_factory=_factory())
+
+    async def main():
+        batches = []
+        for _ in range(2):
+            batch = await driver.next_batch(policy_version=0)
+            batches.append(batch)
+            driver.consumed(batch)
+        await driver.close()
+        return batches
+
+    batches = asyncio.run(main())
+    for batch in batches:
+        assert batch.per_source() == {"a": 3, "b": 1}
+        assert len(batch.sequences) == 3 * 4 + 1 * 2
+        assert {g.decision.status for g in batch.groups} == {"accepted"}
+    book = driver.book
+    # Even task seeds fail every trajectory: the sampler rejects those groups on metadata.
+    assert book.rejected >= 1 and any("rejected: pass rate" in r for r in book.reasons)
+    assert book.trained == 8 and _balanced(book)
+    assert store.stats().keys == 0  # sequences and images: every key was deleted
+
+
+def test_advantages_are_in_the_store_for_every_trained_sequence(parts):
+    pool, store = parts
+    driver = Driver(Driver.Config(groups_per_batch=1), [A], pool, store, tenant_factory=_factory())
+
+    async def main():
+        batch = await driver.next_batch(policy_version=0)
+        rows = store.get([m.key for m in batch.sequences], ["advantages", "loss_mask"])
+        driver.consumed(batch)
+        await driver.close()
+        return batch, rows
+
+    batch, rows = asyncio.run(main())
+    (group,) = batch.groups
+    for meta, advantage in zip(group.metas, group.decision.advantages):
+        row = rows[meta.key]
+        assert (row["advantages"][row["loss_mask"]] == advantage).all() and (row["advantages"][~row["loss_mask"]] == 0).all()
+
+
+def test_failed_trajectories_fail_their_group_and_the_books_balance(parts):
+    pool, store = parts
+    crashing = replace(A, env=EnvSettings(params={"step_s": 0.01, "crash_seed": 3}))
+    driver = Driver(Driver.Config(groups_per_batch=2), [crashing], pool, store, tenant_factory=_factory())
+
+    async def main():
+        batch = await driver.next_batch(policy_version=0)
+        driver.consumed(batch)
+        await driver.close()
+
+    asyncio.run(main())
+    book = driver.book
+    assert book.failed == 1 and any("harness exploded" in r or "failed" in r for r in book.reasons)
+    assert _balanced(book) and store.stats().keys == 0
+
+
+def test_surplus_groups_that_grow_stale_are_dropped(parts):
+    pool, store = parts
+    version = [0]  # the policy version new rollouts are tagged with
+    driver = Driver(
+        Driver.Config(groups_per_batch=1, max_staleness=1, prefetch_batches=2),
+        [A],
+        pool,
+        store,
+        tenant_factory=lambda source, seed, group_id, index: StoredTrajectory(
+            source, seed, group_id, index, version[0], always_mixed=True
+        ),
+    )
+
+    async def main():
+        first = await driver.next_batch(policy_version=0)
+        driver.consumed(first)
+        await asyncio.sleep(1.5)  # the prefetched groups (version 0) finish and wait in the buffer
+        version[0] = 5  # the trainer moved on past the staleness bound
+        second = await driver.next_batch(policy_version=5)
+        driver.consumed(second)
+        await driver.close()
+        return second
+
+    second = asyncio.run(main())
+    assert driver.book.stale >= 1 and any(r.startswith("stale: policy version") for r in driver.book.reasons)
+    assert all(group.policy_version == 5 for group in second.groups)
+    assert _balanced(driver.book) and store.stats().keys == 0
+
+
+class LateJudge:
+    """Gives every group one winner (so all are informative), after a delay."""
+
+    async def grade(self, metas):
+        await asyncio.sleep(0.2)
+        return [1.0 if m.sample_index == 0 else 0.0 for m in metas]
+
+
+def test_late_grader_rewrites_rewards_before_acceptance(parts):
+    pool, store = parts
+    driver = Driver(
+        Driver.Config(
+            groups_per_batch=2,
+            grader=GraderRunner.Config(backoff_s=0),
+            # Pass rates from the judge's rewards, not from the harness's success flag.
+            hook=GroupHook.Config(sampler=PassRateSampler.Config(success_from="reward", reward_threshold=0.5)),
+        ),
+        [A],
+        pool,
+        store,
+        grader=LateJudge(),
+        tenant_factory=_factory(),
+    )
+
+    async def main():
+        batch = await driver.next_batch(policy_version=0)
+        driver.consumed(batch)
+        await driver.close()
+        return batch
+
+    batch = asyncio.run(main())
+    # Groups of even seeds would be rejected on rollout rewards; the judge made them informative.
+    assert driver.book.rejected == 0 and driver.book.graded >= 2
+    for group in batch.groups:
+        assert [m.reward for m in group.metas] == [1.0, 0.0, 0.0, 0.0]
+    assert _balanced(driver.book) and store.stats().keys == 0

@@ -1,0 +1,73 @@
+"""Micro-batch planner benchmark: DP-rank balance and planning time on a GUI-agent batch.
+
+Lengths are multi-turn GUI trajectories: lognormal around 4k tokens (sigma 0.8) clipped to
+1k..32k, so most trajectories are a few turns and a long tail runs near the context limit.
+Costs use the default ``CostModel`` (a 32k trajectory costs ~1.6x its length).
+
+Figures of ``measure``:
+- ``imbalance_planner`` / ``imbalance_kk`` / ``imbalance_naive``: costliest DP rank over the
+  mean (1.0 is perfect) for the planner, for plain Karmarkar-Karp on the same costs, and for
+  contiguous chunks in arrival order (a plain distributed sampler);
+- ``step_imbalance``: the same ratio for the i-th micro-batch of every rank, averaged over i;
+- ``plan_seconds`` (the whole plan of ``n_sequences``) and ``kk_seconds`` (KK alone);
+- ``micro_batches`` per rank, ``empty_micro_batches`` in all, and ``fill``: real tokens over
+  micro-batches x budget.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from vlrl.pack.kk import karmarkar_karp
+from vlrl.pack.plan import imbalance
+from vlrl.pack.planner import MicroBatchPlanner
+
+SIZES = {"small": 4096, "full": 65536}
+
+
+def draw_lengths(n: int, seed: int) -> np.ndarray:
+    """``(n,)`` token counts of multi-turn GUI trajectories (1k..32k, median ~4k)."""
+    rng = np.random.default_rng(seed)
+    return np.clip(rng.lognormal(np.log(4096), 0.8, n), 1024, 32768).astype(np.int64)
+
+
+def measure(n_sequences: int = 65536, dp: int = 8, budget: int = 65536, seed: int = 0) -> dict[str, Any]:
+    """Plan ``n_sequences`` drawn trajectories for ``dp`` ranks under a ``budget``-token micro-batch
+    (at least 32768, the longest trajectory) with the planner, KK and the naive split."""
+    lengths = draw_lengths(n_sequences, seed)
+    keys = [f"bench/{i}" for i in range(n_sequences)]
+    planner = MicroBatchPlanner.Config(max_tokens_per_micro_batch=budget).build()
+    costs = planner.cost_model.sequence_costs(lengths)
+
+    started = time.perf_counter()
+    plan = planner.plan_lengths(keys, lengths, dp)
+    plan_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    kk_parts = karmarkar_karp(costs, dp)
+    kk_seconds = time.perf_counter() - started
+
+    per_step = np.array([[mb.cost for mb in batches] for batches in plan.ranks])  # (dp, m)
+    step_imbalance = float(np.mean([imbalance(column) for column in per_step.T])) if per_step.size else 1.0
+    slots = dp * plan.num_micro_batches * budget
+    return {
+        "n_sequences": n_sequences,
+        "dp": dp,
+        "budget": budget,
+        "imbalance_planner": plan.imbalance(),
+        "imbalance_kk": imbalance(np.array([costs[part].sum() for part in kk_parts])),
+        "imbalance_naive": imbalance(np.array([chunk.sum() for chunk in np.array_split(costs, dp)])),
+        "step_imbalance": step_imbalance,
+        "plan_seconds": plan_seconds,
+        "kk_seconds": kk_seconds,
+        "micro_batches": plan.num_micro_batches,
+        "empty_micro_batches": sum(not mb.keys for batches in plan.ranks for mb in batches),
+        "fill": float(lengths.sum()) / slots if slots else 0.0,
+    }
+
+
+def run(size: str) -> dict[str, Any]:
+    """``vlrl bench pack``: ``small`` plans 4k sequences, ``full`` 64k, both for 8 DP ranks."""
+    return measure(SIZES[size], dp=8, budget=65536, seed=0)

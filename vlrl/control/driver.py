@@ -1,0 +1,356 @@
+"""The driver: schedules rollouts and yields training batches on metadata alone.
+
+It keeps groups of Agent Loops running on the Harness Pool, receives each finished trajectory as
+``SeqMeta`` (payloads are in the store), optionally has the group graded asynchronously, runs the
+accept-time hook, and buffers accepted groups per data source. A batch is yielded when every
+source has contributed its share; surplus groups wait for the next batch unless they grow staler
+than ``max_staleness`` policy versions. The driver owns key lifetimes: rejected, dropped, failed
+and stale groups are deleted at once, consumed ones when the trainer is done with them, and an
+image key once no sequence references it and no rollout that might still reuse it can be alive.
+
+Books are kept in groups: ``generated == accepted + rejected + dropped + failed + stale + pending``
+at every step, and every accepted group is trained exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from vlrl.config import ConfigError, Ge
+from vlrl.control.grader import Grader, GraderRunner
+from vlrl.control.group_hook import GroupDecision, GroupHook
+from vlrl.pool.budget import split_by_shares
+from vlrl.pool.harness_pool import HarnessPool
+from vlrl.pool.sources import DataSource
+from vlrl.pool.tenant import Tenant, TenantOutcome
+from vlrl.store.records import SeqMeta
+
+TenantFactory = Callable[[DataSource, int, str, int], Tenant]
+"""Builds the tenant of one trajectory: ``(source, task_seed, group_id, sample_index)``."""
+
+
+def agent_loop_factory(source: DataSource, seed: int, group_id: str, index: int) -> Tenant:
+    from vlrl.rollout.agent_loop import AgentLoop
+
+    return AgentLoop(source, seed=seed, group_id=group_id, sample_index=index)
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptedGroup:
+    group_id: str
+    source: str
+    metas: tuple[SeqMeta, ...]
+    decision: GroupDecision
+    policy_version: int
+    """Oldest policy version that sampled any of its tokens."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    step: int
+    groups: tuple[AcceptedGroup, ...]
+
+    @property
+    def sequences(self) -> list[SeqMeta]:
+        return [meta for group in self.groups for meta in group.metas]
+
+    def per_source(self) -> dict[str, int]:
+        return dict(Counter(group.source for group in self.groups))
+
+
+@dataclass(slots=True)
+class DriverBook:
+    """Group counts of the whole run, and why groups left."""
+
+    generated: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    dropped: int = 0
+    failed: int = 0
+    stale: int = 0
+    graded: int = 0
+    trained: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def pending(self) -> int:
+        return self.generated - self.accepted - self.rejected - self.dropped - self.failed - self.stale
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "generated": self.generated,
+            "graded": self.graded,
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "dropped": self.dropped,
+            "failed": self.failed,
+            "stale": self.stale,
+            "pending": self.pending,
+            "trained": self.trained,
+            "reasons": dict(self.reasons.most_common(8)),
+        }
+
+
+class ImageRefs:
+    """Which image keys are still needed. An image key is written once per content hash and
+    reused by later rollouts, so it is deleted only when no known sequence references it and
+    every rollout that could have reused it is older than the staleness bound (its trajectories
+    would be discarded anyway)."""
+
+    def __init__(self, grace_versions: int) -> None:
+        self._grace = grace_versions
+        self._count: Counter[str] = Counter()
+        self._unreferenced_since: dict[str, int] = {}
+
+    def add(self, metas: tuple[SeqMeta, ...] | list[SeqMeta]) -> None:
+        for meta in metas:
+            for item in meta.images:
+                self._count[item.store_key] += 1
+                self._unreferenced_since.pop(item.store_key, None)
+
+    def release(self, metas: tuple[SeqMeta, ...] | list[SeqMeta], version: int) -> None:
+        for meta in metas:
+            for item in meta.images:
+                self._count[item.store_key] -= 1
+                if self._count[item.store_key] == 0:
+                    del self._count[item.store_key]
+                    self._unreferenced_since[item.store_key] = version
+
+    def collectable(self, version: int) -> list[str]:
+        keys = [k for k, since in self._unreferenced_since.items() if version - since > self._grace]
+        for key in keys:
+            del self._unreferenced_since[key]
+        return keys
+
+    def all_unreferenced(self) -> list[str]:
+        keys = list(self._unreferenced_since)
+        self._unreferenced_since.clear()
+        return keys
+
+
+class Driver:
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        """Batch shares, staleness and rollout concurrency of the control plane."""
+
+        groups_per_batch: Annotated[int, Ge(1)] = 8
+        """Accepted groups per training batch, split among sources by their batch shares."""
+
+        max_staleness: Annotated[int, Ge(0)] = 1
+        """Policy versions an accepted group may lag behind the trainer and still be trained."""
+
+        max_groups_in_flight: Annotated[int, Ge(1)] = 16
+        """Rollout groups running at once (over all sources)."""
+
+        prefetch_batches: Annotated[int, Ge(0)] = 1
+        """Batches of groups kept in flight or buffered ahead of the one being filled, so rollouts
+        for the next batch run while the trainer works (0: only what the current batch needs)."""
+
+        hook: GroupHook.Config = field(default_factory=GroupHook.Config)
+        """Sampling, penalties and advantages applied to each finished group."""
+
+        grader: GraderRunner.Config | None = None
+        """Concurrency and retries of the group grader, when one is given to the driver."""
+
+        def quotas(self, sources: list[DataSource]) -> dict[str, int]:
+            """Groups each source contributes to every batch."""
+            quotas = split_by_shares(self.groups_per_batch, {s.name: s.batch_share for s in sources})
+            empty = [name for name, quota in quotas.items() if quota == 0]
+            if empty:
+                raise ConfigError(
+                    "groups_per_batch",
+                    self.groups_per_batch,
+                    f"enough groups that every source gets one by its batch share (none for {empty})",
+                )
+            return quotas
+
+    def __init__(
+        self,
+        config: Driver.Config,
+        sources: list[DataSource],
+        pool: HarnessPool,
+        store: Any,
+        *,
+        grader: Grader | None = None,
+        tenant_factory: TenantFactory = agent_loop_factory,
+        seed: int = 0,
+    ) -> None:
+        names = [source.name for source in sources]
+        if len(set(names)) != len(names):
+            raise ConfigError("sources", names, "unique source names")
+        self.config = config
+        self.sources = {source.name: source for source in sources}
+        self.quotas = config.quotas(sources)
+        self.pool = pool
+        self.store = store
+        self.hook = config.hook.build()
+        self.grader = None
+        if grader is not None:
+            self.grader = (config.grader or GraderRunner.Config()).build(grader)
+        self.make_tenant = tenant_factory
+        self.book = DriverBook()
+        self.images = ImageRefs(grace_versions=config.max_staleness + 1)
+        self._buffer: dict[str, deque[AcceptedGroup]] = defaultdict(deque)
+        self._in_flight: dict[str, int] = defaultdict(int)
+        self._next_seed = {name: seed for name in self.sources}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._grading_waiter: asyncio.Task[Any] | None = None
+        self._step = 0
+        self._version = 0
+
+    async def next_batch(self, policy_version: int) -> Batch:
+        """Run rollouts until every source has its share of accepted groups, then yield a batch."""
+        self._version = policy_version
+        while True:
+            self._drop_stale()
+            if all(len(self._buffer[name]) >= quota for name, quota in self.quotas.items()):
+                groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
+                self._step += 1
+                return Batch(self._step, groups)
+            self._launch()
+            await self._wait_for_progress()
+
+    def consumed(self, batch: Batch) -> None:
+        """The trainer is done with ``batch``: delete its keys (and images nobody needs any more)."""
+        keys = [meta.key for meta in batch.sequences]
+        self.store.delete(keys)
+        self.book.trained += len(batch.groups)
+        self.images.release(batch.sequences, self._version)
+        self._delete_images(self.images.collectable(self._version))
+
+    async def close(self) -> None:
+        """Let rollouts and grading in flight finish (their tenants would otherwise still write),
+        then delete every key the driver still holds: nothing outlives the run."""
+        await asyncio.gather(*self._tasks)
+        if self.grader is not None:
+            if self._grading_waiter is not None:
+                self._graded(await self._grading_waiter)
+                self._grading_waiter = None
+            while True:  # results already queued, then those still being graded
+                for result in self.grader.ready():
+                    self._graded(result)
+                if not self.grader.pending:
+                    break
+                self._graded(await self.grader.next_result())
+        for buffered in self._buffer.values():
+            for group in buffered:
+                self.store.delete(list(group.decision.keys))
+                self.images.release(group.metas, self._version)
+            buffered.clear()
+        self._delete_images(self.images.all_unreferenced())
+
+    # -- rollouts ----------------------------------------------------------------------------
+
+    def _launch(self) -> None:
+        """Start groups for sources still short of their share, within the in-flight bound."""
+        for name, quota in self.quotas.items():
+            while (
+                sum(self._in_flight.values()) < self.config.max_groups_in_flight
+                and len(self._buffer[name]) + self._in_flight[name] < quota * (1 + self.config.prefetch_batches)
+            ):
+                self._in_flight[name] += 1
+                task = asyncio.get_running_loop().create_task(self._run_group(self.sources[name]))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _run_group(self, source: DataSource) -> None:
+        seed = self._next_seed[source.name]
+        self._next_seed[source.name] += 1
+        group_id = f"{source.name}/{seed}"
+        self.book.generated += 1
+        try:
+            outcomes = await asyncio.gather(
+                *(
+                    self.pool.run(
+                        self.make_tenant(source, seed, group_id, index),
+                        codebase=source.codebase,
+                        env_settings=source.env.as_kwargs(),
+                        tenant_id=f"{group_id}/{index}",
+                    )
+                    for index in range(source.group_size)
+                )
+            )
+        finally:
+            self._in_flight[source.name] -= 1
+        metas = tuple(meta for outcome in outcomes if outcome.status == "ok" for meta in outcome.value)
+        failed = [outcome for outcome in outcomes if outcome.status != "ok"]
+        if failed:
+            self.store.delete([meta.key for meta in metas], missing_ok=True)
+            self._leave("failed", _failure_reason(failed))
+            return
+        self.images.add(metas)
+        if self.grader is not None:
+            self.grader.submit(metas)
+        else:
+            self._decide(source.name, metas)
+
+    async def _wait_for_progress(self) -> None:
+        waiting: set[asyncio.Future[Any]] = set(self._tasks)
+        if self.grader is not None and self.grader.pending:
+            if self._grading_waiter is None:
+                self._grading_waiter = asyncio.get_running_loop().create_task(self.grader.next_result())
+            waiting.add(self._grading_waiter)
+        if not waiting:
+            raise RuntimeError("driver: no rollout or grading in flight but the batch is not complete")
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is self._grading_waiter:
+                self._grading_waiter = None
+                self._graded(task.result())
+            else:
+                task.result()  # a driver bug inside a group task must surface, not vanish
+
+    def _graded(self, result: Any) -> None:
+        source = result.metas[0].source
+        if not result.ok:
+            self.store.delete([meta.key for meta in result.metas])
+            self.images.release(result.metas, self._version)
+            self._leave("failed", result.error)
+            return
+        self.book.graded += 1
+        self._decide(source, tuple(result.metas))
+
+    # -- group lifecycle ---------------------------------------------------------------------
+
+    def _decide(self, source: str, metas: tuple[SeqMeta, ...]) -> None:
+        decision = self.hook(metas, self.store)
+        if not decision.accepted:
+            self.store.delete(list(decision.keys_to_delete))
+            self.images.release(metas, self._version)
+            self._leave(decision.status, decision.reason)
+            return
+        self.book.accepted += 1
+        version = min(meta.policy_version for meta in metas)
+        self._buffer[source].append(AcceptedGroup(decision.group_id, source, metas, decision, version))
+
+    def _drop_stale(self) -> None:
+        oldest = self._version - self.config.max_staleness
+        for name, buffered in self._buffer.items():
+            while buffered and buffered[0].policy_version < oldest:
+                group = buffered.popleft()
+                self.store.delete(list(group.decision.keys))
+                self.images.release(group.metas, self._version)
+                self.book.accepted -= 1
+                self._leave("stale", f"policy version {group.policy_version} older than {oldest}")
+
+    def _leave(self, status: str, reason: str) -> None:
+        setattr(self.book, status, getattr(self.book, status) + 1)
+        self.book.reasons[f"{status}: {_reason_kind(reason)}"] += 1
+
+    def _delete_images(self, keys: list[str]) -> None:
+        if keys:
+            self.store.delete(keys, missing_ok=True)
+
+
+def _failure_reason(failed: list[TenantOutcome]) -> str:
+    first = failed[0]
+    return f"{len(failed)} trajectory(ies) {first.status}: {(first.error or '').splitlines()[0] if first.error else ''}"
+
+
+def _reason_kind(reason: str) -> str:
+    """A reason without its numbers, so that counts group by kind ('pass rate above max')."""
+    return " ".join(word for word in reason.split() if not any(ch.isdigit() for ch in word))[:80]
