@@ -41,5 +41,10 @@ BENCHMARKS: dict[str, Benchmark] = {
             "micro-batch planner balance vs Karmarkar-Karp and arrival order, and planning time (metadata only)",
             "vlrl.bench.pack_bench",
         ),
+        Benchmark(
+            "driver",
+            "driver memory scheduling on metadata (payloads in the store) vs a driver that gathers payloads",
+            "vlrl.bench.driver_bench",
+        ),
     ]
 }
