@@ -29,3 +29,18 @@ def ray_session():
     )
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory):
+    """One tiny Qwen2-VL checkpoint per test session, built offline in seconds."""
+    from vlrl.rollout.tiny_model import build_tiny_qwen2vl
+
+    return build_tiny_qwen2vl(tmp_path_factory.mktemp("tiny-qwen2vl"))
+
+
+@pytest.fixture(scope="session")
+def processor(tiny_path):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(tiny_path)

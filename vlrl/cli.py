@@ -8,6 +8,7 @@ bench runner only when ``vlrl bench`` runs, so ``vlrl --help`` answers at once. 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -15,7 +16,6 @@ from vlrl import __version__
 from vlrl.config import ConfigError, RecipeError, load_recipe, render
 
 _RECIPE_HELP = "recipe file, optionally with the function to call: path/to/recipe.py[:function] (default: recipe)"
-_LATER = {"serve": "the OpenAI-compatible server"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,14 +75,43 @@ def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
     serve = _add_command(
         commands,
         "serve",
-        "serve a policy over an OpenAI-compatible API (not available yet)",
-        "Serve a checkpoint for chat completions. The server lands in a later version of vlrl.",
+        "serve a policy over an OpenAI-compatible API",
+        "Serve a Qwen2-VL checkpoint with the embedded engine over an OpenAI-compatible HTTP API:\n"
+        "GET /v1/models, POST /v1/chat/completions (non-streaming only), GET /health, GET /metrics.\n"
+        "Images are data: URLs; a part's \"uuid\" lets later requests send \"image_url\": null instead\n"
+        "of the bytes (vLLM's semantics; a uuid the server no longer holds is a 400 naming it).\n"
+        "Token-in/token-out for RL: send \"prompt_token_ids\" and \"return_token_ids\": true, \"logprobs\": true.\n"
+        "Runs until SIGINT or SIGTERM.",
+        "examples:\n"
+        "  vlrl serve --model ckpt/policy\n"
+        "  VLRL_API_KEY=secret vlrl serve --model ckpt/policy --host 0.0.0.0 --port 9000 --device cuda",
     )
     serve.add_argument("--model", required=True, metavar="PATH", help="checkpoint directory to serve")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
-    serve.add_argument("--api-key", help="require this key as the bearer token of every request")
-    serve.set_defaults(handler=_not_available)
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on, 0 for any free one (default: %(default)s)")
+    serve.add_argument(
+        "--api-key",
+        default=os.environ.get("VLRL_API_KEY"),
+        help="require this key as the bearer token of every /v1/ request (default: $VLRL_API_KEY, else none)",
+    )
+    serve.add_argument("--served-model-name", metavar="NAME", help="model id clients send (default: the --model path)")
+    serve.add_argument("--device", default="cpu", help="torch device of the model (default: %(default)s)")
+    serve.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="weights dtype")
+    serve.add_argument("--max-batch", type=int, default=8, help="requests decoded together (default: %(default)s)")
+    serve.add_argument("--image-cache-mb", type=float, default=512.0, help="processed images kept by the engine (default: %(default)s)")
+    serve.add_argument("--max-request-mb", type=float, default=64.0, help="largest request body in MiB (default: %(default)s)")
+    serve.add_argument(
+        "--max-image-pixels", type=int, default=4096 * 4096, help="largest image decoded, width x height (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--allow-remote-images",
+        dest="remote_image_hosts",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="fetch http(s) image URLs from HOST (repeatable); by default every remote URL is refused",
+    )
+    serve.set_defaults(handler=_serve)
 
     bench = _add_command(
         commands, "bench", "run a benchmark", "Run one benchmark and print its figures."
@@ -135,8 +164,32 @@ def _run_recipe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _not_available(args: argparse.Namespace) -> int:
-    return _fail(f"vlrl {args.command} is not available yet in vlrl {__version__}: {_LATER[args.command]} lands later")
+def _serve(args: argparse.Namespace) -> int:
+    if not os.path.isdir(args.model):
+        return _fail(f"--model {args.model}: not a checkpoint directory")
+    from vlrl.config import validate
+    from vlrl.rollout.engine import EmbeddedEngine
+    from vlrl.rollout.server import OpenAIServer
+
+    engine = EmbeddedEngine.Config(
+        model_path=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        max_batch=args.max_batch,
+        image_cache_mb=args.image_cache_mb,
+    )
+    config = OpenAIServer.Config(
+        engine=engine,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        served_model_name=args.served_model_name,
+        max_request_mb=args.max_request_mb,
+        max_image_pixels=args.max_image_pixels,
+        remote_image_hosts=tuple(args.remote_image_hosts),
+    )
+    validate(config).build().run()
+    return 0
 
 
 def _fail(message: str) -> int:

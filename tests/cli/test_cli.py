@@ -93,10 +93,12 @@ def test_a_config_that_builds_no_job_is_refused(capsys):
     )
 
 
-def test_serve_says_it_is_not_available_yet(capsys):
-    assert main(["serve", "--model", "ckpt/policy", "--port", "9000", "--api-key", "k"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: vlrl serve is not available yet in vlrl ") and err.count("\n") == 1
+def test_serve_refuses_a_missing_checkpoint_and_a_bad_port(tmp_path, capsys):
+    # Serving itself is tested in tests/rollout/server/.
+    assert main(["serve", "--model", str(tmp_path / "missing"), "--port", "9000", "--api-key", "k"]) == 2
+    assert capsys.readouterr().err == f"error: --model {tmp_path / 'missing'}: not a checkpoint directory\n"
+    assert main(["serve", "--model", str(tmp_path), "--port", "70000"]) == 2
+    assert capsys.readouterr().err == "error: config field 'port': got 70000 (int); expected an integer >= 0 and <= 65535\n"
 
 
 @pytest.mark.parametrize(

@@ -182,6 +182,8 @@ class Driver:
         names = [source.name for source in sources]
         if len(set(names)) != len(names):
             raise ConfigError("sources", names, "unique source names")
+        if config.hook.mode == "opd" and grader is None:
+            raise ConfigError("hook.mode", "opd", "a teacher scorer given as the driver's grader (control.teacher.TeacherScorer)")
         self.config = config
         self.sources = {source.name: source for source in sources}
         self.quotas = config.quotas(sources)

@@ -7,7 +7,8 @@ content hash, with a lossless PNG/WebP data URL when the request carries pixels 
 documented in ``vlrl.rollout.server``. Answers map onto the client's contract:
 
 - 400 naming missing images -> ``CacheMiss`` (``missing_uuids``, or vLLM's "Cache miss for image
-  at index i" sentences mapped back through the request's images);
+  at index i but data is not provided." mapped back through the request's images; vLLM names only
+  the first missing image, and the client's resend loop ships every image after two misses);
 - a connection refused or not made in time -> ``EndpointUnavailable``;
 - 429, 5xx, timeouts and connections dropped mid-request -> ``TransientEndpointError`` (the
   client's retry then finds out whether the server is gone); any other 4xx -> ``ValueError``.

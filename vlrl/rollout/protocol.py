@@ -101,6 +101,16 @@ class GenerateResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ScoreResult:
+    """Per-token logprobs of a given sequence under the replica's weights (a teacher's scores)."""
+
+    request_id: str
+    logprobs: np.ndarray
+    """float32 ``log p(ids[t] | ids[:t])`` for every position t >= 1; position 0 is 0."""
+    policy_version: int
+
+
+@dataclass(frozen=True, slots=True)
 class CacheMiss:
     """The replica no longer holds these images (eviction, restart); resend their pixels."""
 

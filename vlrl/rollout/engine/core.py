@@ -27,7 +27,7 @@ from transformers import AutoProcessor
 from vlrl.rollout.engine.images import ImageCache, ProcessedImage, preprocess
 from vlrl.rollout.engine.prefix import ImageSpan, PrefixCache
 from vlrl.rollout.engine.runner import ModelRunner, Outcome, Sequence
-from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult
+from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
 
 if TYPE_CHECKING:
     from vlrl.rollout.engine.embedded import EmbeddedEngine
@@ -115,6 +115,24 @@ class EngineCore:
             self._queue.append(pending)
             self._wake.set()
             return await pending.done
+        finally:
+            self._in_flight -= 1
+
+    async def score(self, request: GenerateRequest) -> ScoreResult | CacheMiss:
+        """Per-token logprobs of ``request.prompt_ids`` (its sampling is ignored): a teacher's scores."""
+        self._in_flight += 1
+        try:
+            prompt = self._checked_prompt(request)
+            runs = self._image_runs(request, prompt)
+            images = await self._resolve_images(request)
+            if isinstance(images, CacheMiss):
+                self._counts.cache_miss_replies += 1
+                return images
+            self._checked_spans(request, runs, images)
+            version = self._version
+            loop = asyncio.get_running_loop()
+            logprobs = await loop.run_in_executor(self._compute, self._runner.score, prompt, tuple(images))
+            return ScoreResult(request.request_id, logprobs, version)
         finally:
             self._in_flight -= 1
 

@@ -18,7 +18,7 @@ import torch
 
 from vlrl.config import ConfigError, Ge, Gt, NonEmpty
 from vlrl.rollout.engine.core import EngineCore
-from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult
+from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
 
 
 class EmbeddedEngine:
@@ -97,6 +97,9 @@ class EmbeddedEngine:
 
     async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss:
         return await self._core.generate(request)
+
+    async def score(self, request: GenerateRequest) -> ScoreResult | CacheMiss:
+        return await self._core.score(request)
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor | np.ndarray], version: int) -> None:
         await self._core.update_weights(state_dict, version)

@@ -121,6 +121,22 @@ class ModelRunner:
             )
             logits = out.logits[:, -1]
 
+    @torch.inference_mode()
+    def score(self, prompt: np.ndarray, images: tuple[ProcessedImage, ...]) -> np.ndarray:
+        """``log p(prompt[t] | prompt[:t])`` for t >= 1 (0 at t = 0): one forward of the whole
+        sequence, images included, as a teacher scores a trajectory."""
+        ids = torch.as_tensor(prompt, dtype=torch.long, device=self._device)[None]  # (1, T)
+        vision = {}
+        if images:
+            vision = {
+                "pixel_values": torch.cat([i.pixel_values for i in images]).to(self._device, self.model.dtype),
+                "image_grid_thw": torch.tensor([i.grid_thw for i in images], device=self._device),
+                "mm_token_type_ids": (ids == self._image_token_id).int(),
+            }
+        logits = self.model(input_ids=ids, **vision).logits[0].float()  # (T, V)
+        picked = torch.log_softmax(logits[:-1], dim=-1).gather(1, ids[0, 1:, None])[:, 0]  # (T - 1,)
+        return np.concatenate([[0.0], picked.cpu().numpy()]).astype(np.float32)
+
     def load_weights(self, state_dict: Mapping[str, torch.Tensor | np.ndarray]) -> None:
         """Copy ``state_dict`` (any subset of the model's) into the weights, after checking all of it."""
         targets = self.model.state_dict(keep_vars=True)

@@ -208,6 +208,7 @@ class OpenAIServer:
         return web.json_response({"object": "list", "data": [model]})
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        """Running: requests the engine holds (queued for a batch or in one); waiting: images still decoding."""
         label = '{model_name="%s"}' % self.model_name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
         lines = [
             "# TYPE vllm:num_requests_running gauge",
@@ -230,7 +231,7 @@ class OpenAIServer:
             raise ApiError(f"The model `{chat.model}` does not exist.", param="model", status=404)
         self._decoding += 1
         try:
-            parts, missing = await self._images.resolve(chat.images)
+            parts, missing = await self._images.resolve(chat.images, unknown_as_hash=chat.prompt_token_ids is not None)
         finally:
             self._decoding -= 1
         if missing:

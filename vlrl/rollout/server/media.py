@@ -59,11 +59,16 @@ class ImageResolver:
         self._session: aiohttp.ClientSession | None = None
         self.stats = MediaStats()
 
-    async def resolve(self, images: Sequence[ImageInput]) -> tuple[list[ImagePart | None], list[int]]:
-        """The request's images in order, and the indices of references this server does not hold.
+    async def resolve(
+        self, images: Sequence[ImageInput], *, unknown_as_hash: bool
+    ) -> tuple[list[ImagePart | None], list[int]]:
+        """The request's images in order, and the indices of references this server cannot place.
 
-        A part is None exactly at a missing index; images sent with bytes are remembered even when
-        another one misses, so the client's resend need only carry the missing ones.
+        With ``unknown_as_hash`` (token-in requests, whose prompts need no image size) a uuid not in
+        the table is looked up in the engine's cache as a content hash (vlrl's clients send content
+        hashes as uuids), so the engine still caches this request's other images when it reports
+        the miss, and the client's resend carries only the missing ones. Otherwise an unknown uuid
+        is missing, and its part is None.
         """
         sent = [i for i, image in enumerate(images) if image.url is not None]
         decoded = await asyncio.gather(*(self._decode(images[i]) for i in sent))
@@ -77,7 +82,9 @@ class ImageResolver:
             if image.url is None:
                 self.stats.images_referenced += 1
                 known = self._known.get(image.uuid)
-                if known is None:
+                if known is None and unknown_as_hash:
+                    parts[i] = ImagePart(image.uuid, 0, 0)  # size unknown, and not needed
+                elif known is None:
                     missing.append(i)
                 else:
                     self._known.move_to_end(image.uuid)
@@ -100,8 +107,6 @@ class ImageResolver:
             data = await asyncio.to_thread(_data_url_bytes, image.url, where)
         else:
             data = await self._fetch(image.url, where)
-        if len(data) > self._max_bytes:
-            raise ApiError(f"{where}: image of {len(data)} bytes; at most {self._max_bytes} are accepted", param=where)
         try:
             pixels, key = await asyncio.to_thread(_canonical, data, self._max_pixels)
         except ImageError as error:

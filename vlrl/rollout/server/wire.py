@@ -116,7 +116,7 @@ def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
     if max_tokens is None:
         max_tokens = _get(body, "max_tokens", int, lo=1, default=default_max_tokens)
     stop = body.get("stop")
-    stop = (stop,) if isinstance(stop, str) else stop
+    stop = [stop] if isinstance(stop, str) else stop
     if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
         raise ApiError("stop: expected a non-empty string or a list of them", param="stop")
     stop_ids = _token_ids(body, "stop_token_ids")

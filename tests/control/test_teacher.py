@@ -1,0 +1,76 @@
+"""OPD: a real teacher engine scores a stored trajectory (images included); the scores land in
+the store on response tokens and the OPD hook turns them into per-token advantages."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+from transformers import Qwen2VLForConditionalGeneration
+
+from vlrl.control.group_hook import ADVANTAGES_FIELD, TEACHER_FIELD, GroupHook
+from vlrl.control.teacher import TeacherScorer
+from vlrl.mm import store_image
+from vlrl.rollout.chat import ChatFormat, ChatTurn
+from vlrl.rollout.engine import EmbeddedEngine
+from vlrl.rollout.tiny_model import patch_rule_of
+from vlrl.store import LocalStore
+from vlrl.store.records import SeqMeta
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _stored_sequence(store, processor, index: int) -> SeqMeta:
+    rule = patch_rule_of(processor)
+    chat = ChatFormat(processor.tokenizer, rule, "gui-agent", "Answer with one action.")
+    pixels = np.random.default_rng(index).integers(0, 256, (120, 160, 3), dtype=np.uint8)
+    context = chat.context([ChatTurn("Click OK.", (160, 120), answer=[15, 16, 17, chat.im_end])])
+    ids = np.asarray(context.ids, np.int32)
+    mask = np.zeros(len(ids), bool)
+    mask[-4:] = True
+    image = store_image(store, pixels, rule=rule)
+    key = f"seq/{index}"
+    store.put(key, {"token_ids": ids, "logprobs": np.where(mask, -1.0, 0.0).astype(np.float32), "loss_mask": mask})
+    return SeqMeta(
+        key=key, group_id="g", source="s", sample_index=index, reward=0.0, success=False, finish="done", turns=1,
+        num_tokens=len(ids), num_response_tokens=4, context_lengths=(len(ids) - 4,), policy_version=0,
+        images=(image,), image_offsets=((context.image_offsets[0], 0),),
+    )
+
+
+def test_teacher_scores_land_in_the_store_and_drive_opd_advantages(ray_session, tiny_path, processor):
+    teacher = EmbeddedEngine.Config(model_path=str(tiny_path), cpus=0).build()
+    store = LocalStore()
+    try:
+        metas = [_stored_sequence(store, processor, i) for i in range(2)]
+        rewards = asyncio.run(TeacherScorer(teacher, store).grade(metas))
+        assert rewards == [0.0, 0.0]  # scoring leaves rewards alone
+        model = Qwen2VLForConditionalGeneration.from_pretrained(tiny_path).eval()
+        for meta in metas:
+            row = store.get([meta.key])[meta.key]
+            ids = torch.as_tensor(row["token_ids"], dtype=torch.long)[None]
+            pixels = store.get([meta.images[0].store_key])[meta.images[0].store_key]["pixels"]
+            vision = processor.image_processor(images=[pixels], return_tensors="pt")
+            with torch.no_grad():
+                logits = model(
+                    input_ids=ids,
+                    pixel_values=vision["pixel_values"],
+                    image_grid_thw=vision["image_grid_thw"],
+                    mm_token_type_ids=(ids == model.config.image_token_id).int(),
+                ).logits[0]
+            expected = torch.log_softmax(logits[:-1].float(), -1).gather(1, ids[0, 1:, None])[:, 0].numpy()
+            scores = row[TEACHER_FIELD]
+            np.testing.assert_allclose(scores[1:][row["loss_mask"][1:]], expected[row["loss_mask"][1:]], atol=1e-4)
+            assert (scores[~row["loss_mask"]] == 0).all()
+        decision = GroupHook.Config(mode="opd").build()(metas, store)
+        assert decision.accepted
+        for meta in metas:
+            row = store.get([meta.key])[meta.key]
+            mask = row["loss_mask"]
+            np.testing.assert_allclose(row[ADVANTAGES_FIELD][mask], row[TEACHER_FIELD][mask] - row["logprobs"][mask])
+        # A retried group does not write the scores twice.
+        asyncio.run(TeacherScorer(teacher, store).grade(metas))
+    finally:
+        ray_session.kill(teacher)
