@@ -42,6 +42,11 @@ BENCHMARKS: dict[str, Benchmark] = {
             "vlrl.bench.pack_bench",
         ),
         Benchmark(
+            "packer",
+            "TP-group packer: bytes fetched for a CP window vs whole rows, one shared copy vs a copy per rank",
+            "vlrl.bench.packer_bench",
+        ),
+        Benchmark(
             "driver",
             "driver memory scheduling on metadata (payloads in the store) vs a driver that gathers payloads",
             "vlrl.bench.driver_bench",

@@ -1,0 +1,175 @@
+"""Cut one CP window of a packed micro-batch straight from the store's unpadded rows.
+
+Two steps, so that the caller chooses where the window lives (private memory, or one shared
+segment per TP group) and nothing is copied twice:
+
+1. ``WindowCut.of`` decides everything from metadata (``Plan`` ranges, ``SeqMeta``, one
+   ``schema`` call): the row ranges to read, the arrays' shapes and dtypes, where each image's
+   token rows land. No payload moves.
+2. ``WindowCut.fill`` reads each range of each field with ``get_range``, so only the store
+   chunks the window overlaps move, and writes it into the given arrays at its window offset.
+
+No dense micro-batch is ever built: besides the rows of one range at a time, as the store returns
+them, the window's own arrays are all that is allocated, and a sequence outside it is never read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from vlrl.pack.layout import Layout
+from vlrl.pack.packed import PAD_SEGMENT_ID, PAD_TOKEN_ID, ImagePlacement, PackedWindow
+from vlrl.pack.plan import MicroBatch, RowRange
+from vlrl.store import PayloadStore
+from vlrl.store.records import EXTRA_PREFIX, SeqMeta
+
+REQUIRED_FIELDS = {
+    "token_ids": "token_ids",
+    "logprobs": "old_logprobs",
+    "loss_mask": "loss_mask",
+    "advantages": "advantages",
+}
+"""Store field -> window array, for the fields every packed sequence has (advantages are the
+accept hook's)."""
+
+TEACHER_FIELD = "teacher_logprobs"
+
+_EMPTY_DTYPES = {"token_ids": "int32", "logprobs": "float32", "loss_mask": "bool", "advantages": "float32"}
+"""Dtypes of an empty micro-batch's window, which has no row to ask the store about."""
+
+@dataclass(frozen=True, slots=True)
+class WindowCut:
+    """What one CP window is made of, known before any payload is read."""
+
+    length: int
+    """Window tokens, padding included (``Layout.window_len``)."""
+    ranges: tuple[RowRange, ...]
+    """Row ranges in window order; they fill ``[0, num_tokens)`` and padding follows."""
+    segments: tuple[int, ...]
+    """Index in the micro-batch of each range's sequence: its segment id."""
+    fields: Mapping[str, tuple[str, tuple[int, ...], str]]
+    """Store field -> (window array, row shape, dtype)."""
+    images: tuple[ImagePlacement, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(r.stop - r.start for r in self.ranges)
+
+    @classmethod
+    def of(
+        cls, store: PayloadStore, layout: Layout, micro_batch: MicroBatch, cp_rank: int, metas: Mapping[str, SeqMeta]
+    ) -> WindowCut:
+        """Plan CP rank ``cp_rank``'s window of ``micro_batch``; ``metas`` must hold its sequences."""
+        for key, length in zip(micro_batch.keys, micro_batch.lengths):
+            if key not in metas:
+                raise ValueError(f"no SeqMeta for sequence {key!r} of the micro-batch; pass the step's metadata")
+            if metas[key].num_tokens != length:
+                raise ValueError(f"SeqMeta of {key!r} has {metas[key].num_tokens} tokens but the plan {length}")
+        ranges = tuple(micro_batch.cp_ranges(cp_rank, layout))
+        segment_of = {key: j for j, key in enumerate(micro_batch.keys)}
+        return cls(
+            length=layout.window_len(micro_batch.num_tokens),
+            ranges=ranges,
+            segments=tuple(segment_of[r.key] for r in ranges),
+            fields=_fields(store, micro_batch, metas),
+            images=tuple(p for r in ranges for p in _placements(r, metas[r.key])),
+        )
+
+    def array_specs(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Shape and dtype of every array of the window."""
+        specs = {"position_ids": ((self.length,), "int32"), "segment_ids": ((self.length,), "int32")}
+        pieces = len(self.ranges) + (self.num_tokens < self.length)  # the pad tail is a piece
+        specs["cu_seqlens"] = ((pieces + 1,), "int32")
+        for name, row_shape, dtype in self.fields.values():
+            specs[name] = ((self.length, *row_shape), dtype)
+        return specs
+
+    def fill(self, store: PayloadStore, out: Mapping[str, np.ndarray]) -> PackedWindow:
+        """Read the window's ranges into ``out`` (arrays of ``array_specs``) and pad the tail."""
+        real = self.num_tokens
+        for field, (name, row_shape, dtype) in self.fields.items():
+            target = out[name]
+            for r in self.ranges:
+                rows = store.get_range(r.key, field, r.start, r.stop)
+                if rows.shape[1:] != row_shape or rows.dtype != dtype:
+                    raise ValueError(
+                        f"store field {r.key!r}/{field!r} holds {rows.dtype}{list(rows.shape[1:])} rows; the"
+                        f" micro-batch's first sequence has {dtype}{list(row_shape)}: a field must agree across it"
+                    )
+                target[r.window_start : r.window_start + len(rows)] = rows
+            target[real:] = PAD_TOKEN_ID if name == "token_ids" else 0
+        positions, segments = out["position_ids"], out["segment_ids"]
+        for r, segment in zip(self.ranges, self.segments):
+            positions[r.window_start : r.window_start + r.stop - r.start] = np.arange(r.start, r.stop)
+            segments[r.window_start : r.window_start + r.stop - r.start] = segment
+        positions[real:] = 0
+        segments[real:] = PAD_SEGMENT_ID
+        starts = [r.window_start for r in self.ranges] + ([real] if real < self.length else [])
+        out["cu_seqlens"][:] = [*starts, self.length]
+        return PackedWindow.from_arrays(out, num_tokens=real, images=self.images)
+
+
+def cut_window(
+    store: PayloadStore,
+    layout: Layout,
+    micro_batch: MicroBatch,
+    cp_rank: int,
+    metas: Mapping[str, SeqMeta],
+) -> PackedWindow:
+    """CP rank ``cp_rank``'s window of ``micro_batch`` in private memory."""
+    cut = WindowCut.of(store, layout, micro_batch, cp_rank, metas)
+    out = {name: np.empty(shape, dtype) for name, (shape, dtype) in cut.array_specs().items()}
+    return cut.fill(store, out)
+
+
+def _fields(
+    store: PayloadStore, micro_batch: MicroBatch, metas: Mapping[str, SeqMeta]
+) -> dict[str, tuple[str, tuple[int, ...], str]]:
+    """Store field -> (window array, row shape, dtype), read from the first sequence's schema:
+    every sequence of a micro-batch must carry the same per-token fields."""
+    if not micro_batch.keys:
+        return {field: (REQUIRED_FIELDS[field], (), dtype) for field, dtype in _EMPTY_DTYPES.items()}
+    first = micro_batch.keys[0]
+    extras = set(metas[first].extra_fields)
+    for key in micro_batch.keys[1:]:
+        if set(metas[key].extra_fields) != extras:
+            raise ValueError(
+                f"SeqMeta.extra_fields of {key!r} is {sorted(metas[key].extra_fields)} but {first!r} of the same"
+                f" micro-batch has {sorted(extras)}; sequences packed together must carry the same extra fields"
+            )
+    schema = store.schema(first)
+    names = dict(REQUIRED_FIELDS)
+    names.update({field: field for field in sorted(extras)})
+    if TEACHER_FIELD in schema:
+        names[TEACHER_FIELD] = TEACHER_FIELD
+    missing = [field for field in names if field not in schema]
+    if missing:
+        raise ValueError(f"store key {first!r} has no field(s) {missing} to pack; it has {sorted(schema)}")
+    undeclared = sorted(f for f in schema if f.startswith(EXTRA_PREFIX) and f not in extras)
+    if undeclared:
+        raise ValueError(f"store key {first!r} has {undeclared}, which its SeqMeta.extra_fields does not list")
+    return {field: (name, schema[field].shape[1:], schema[field].dtype) for field, name in names.items()}
+
+
+def _placements(r: RowRange, meta: SeqMeta) -> list[ImagePlacement]:
+    """Image token runs of ``meta`` that fall in row range ``r``, placed in the window."""
+    out = []
+    for occurrence, (offset, index) in sorted(enumerate(meta.image_offsets), key=lambda item: item[1][0]):
+        image = meta.images[index]
+        if image.num_tokens is None:
+            raise ValueError(
+                f"image {index} of {meta.key!r} has no token count; apply the encoder's patch rule before packing"
+            )
+        if offset + image.num_tokens > meta.num_tokens:
+            raise ValueError(
+                f"image {index} of {meta.key!r} at token {offset} runs {image.num_tokens} tokens, past the"
+                f" sequence's {meta.num_tokens}"
+            )
+        lo, hi = max(offset, r.start), min(offset + image.num_tokens, r.stop)
+        if hi > lo:
+            window_start = r.window_start + lo - r.start
+            out.append(ImagePlacement(meta.key, occurrence, image.store_key, window_start, lo - offset, hi - lo))
+    return out
