@@ -33,3 +33,13 @@ def test_plans_64k_sequences_quickly():
     )
     assert result["plan_seconds"] < 5  # a sanity bound; the figure itself is printed above
     assert result["imbalance_planner"] <= result["imbalance_kk"] + 1e-9 < result["imbalance_naive"]
+
+
+@pytest.mark.slow
+def test_vlrl_bench_pack_meets_the_issue_targets():
+    from tests.bench.run_bench import run_bench
+
+    result = run_bench("pack")
+    assert result["imbalance_planner"] <= result["imbalance_kk"]
+    assert result["cp_fetch_ratio_cp2"] <= 1.1 / 2 and result["cp_fetch_ratio_cp4"] <= 1.1 / 4
+    assert result["tp_copy_ratio_cp2"] <= 1.1 / 2 and result["tp_copy_ratio_cp4"] <= 1.1 / 2

@@ -74,5 +74,18 @@ def measure(n_sequences: int = 65536, dp: int = 8, budget: int = 65536, seed: in
 
 
 def run(size: str) -> dict[str, Any]:
-    """``vlrl bench pack``: ``small`` plans 4k sequences, ``full`` 64k, both for 8 DP ranks."""
-    return measure(SIZES[size], dp=8, budget=65536, seed=0)
+    """``vlrl bench pack``: the planner (``small`` 4k sequences, ``full`` 64k, 8 DP ranks) and the
+    TP-group packer's CP-window fetch and shared copy (``vlrl.bench.packer_bench``)."""
+    from vlrl.bench import packer_bench
+
+    planner = measure(SIZES[size], dp=8, budget=65536, seed=0)
+    packer = packer_bench.run(size)
+    return {
+        "planner": planner,
+        "packer": packer,
+        "imbalance_planner": planner["imbalance_planner"],
+        "imbalance_kk": planner["imbalance_kk"],
+        "plan_seconds": planner["plan_seconds"],
+        **{f"cp_fetch_ratio_cp{cp}": packer[f"cp{cp}"]["cp_fetch_ratio"] for cp in (2, 4)},
+        **{f"tp_copy_ratio_cp{cp}": packer[f"cp{cp}"]["tp_copy_ratio"] for cp in (2, 4)},
+    }

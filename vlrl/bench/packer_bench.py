@@ -142,7 +142,7 @@ def measure(
 
 
 def run(size: str) -> dict[str, Any]:
-    """``vlrl bench packer``: ``small`` packs 32 trajectories, ``full`` 256."""
+    """The packer half of ``vlrl bench pack``: ``small`` packs 32 trajectories, ``full`` 256."""
     import ray
 
     from vlrl.store.ray_store import RayStore

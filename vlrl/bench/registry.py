@@ -38,13 +38,8 @@ BENCHMARKS: dict[str, Benchmark] = {
         ),
         Benchmark(
             "pack",
-            "micro-batch planner balance vs Karmarkar-Karp and arrival order, and planning time (metadata only)",
+            "planner balance vs Karmarkar-Karp; CP-window fetch vs whole rows; one TP-group copy vs one per rank",
             "vlrl.bench.pack_bench",
-        ),
-        Benchmark(
-            "packer",
-            "TP-group packer: bytes fetched for a CP window vs whole rows, one shared copy vs a copy per rank",
-            "vlrl.bench.packer_bench",
         ),
         Benchmark(
             "driver",
