@@ -7,7 +7,6 @@ import asyncio
 
 import numpy as np
 import pytest
-import torch
 from transformers import Qwen2VLForConditionalGeneration
 
 from vlrl.control.group_hook import ADVANTAGES_FIELD, TEACHER_FIELD, GroupHook
@@ -18,6 +17,7 @@ from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.tiny_model import patch_rule_of
 from vlrl.store import LocalStore
 from vlrl.store.records import SeqMeta
+from tests.reference_logprobs import reference_logprobs
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -50,19 +50,9 @@ def test_teacher_scores_land_in_the_store_and_drive_opd_advantages(ray_session, 
         model = Qwen2VLForConditionalGeneration.from_pretrained(tiny_path).eval()
         for meta in metas:
             row = store.get([meta.key])[meta.key]
-            ids = torch.as_tensor(row["token_ids"], dtype=torch.long)[None]
-            pixels = store.get([meta.images[0].store_key])[meta.images[0].store_key]["pixels"]
-            vision = processor.image_processor(images=[pixels], return_tensors="pt")
-            with torch.no_grad():
-                logits = model(
-                    input_ids=ids,
-                    pixel_values=vision["pixel_values"],
-                    image_grid_thw=vision["image_grid_thw"],
-                    mm_token_type_ids=(ids == model.config.image_token_id).int(),
-                ).logits[0]
-            expected = torch.log_softmax(logits[:-1].float(), -1).gather(1, ids[0, 1:, None])[:, 0].numpy()
-            scores = row[TEACHER_FIELD]
-            np.testing.assert_allclose(scores[1:][row["loss_mask"][1:]], expected[row["loss_mask"][1:]], atol=1e-4)
+            expected = reference_logprobs(model, processor, store, meta)
+            scores, mask = row[TEACHER_FIELD], row["loss_mask"]
+            np.testing.assert_allclose(scores[1:][mask[1:]], expected[mask[1:]], atol=1e-4)
             assert (scores[~row["loss_mask"]] == 0).all()
         decision = GroupHook.Config(mode="opd").build()(metas, store)
         assert decision.accepted

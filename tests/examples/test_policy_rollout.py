@@ -18,8 +18,10 @@ def test_policy_rollout_of_the_tiny_model(ray_session):
     figures = summary["sources"]["desktop-click"]
     assert figures["trajectories"] == 4 and figures["failed"] == 0
     assert summary["book"]["ok"] == 4 and summary["sequences"] == 4
-    # Four trajectories of the same task start from the same screenshot: it is stored once.
-    assert 1 <= summary["unique_images"] <= 4 * 3
-    # Every image crossed to the engine once per trajectory, never again.
-    assert summary["image_bytes_received"] > 0
+    # Each trajectory shipped each of its screenshots once: at least its first screen, at most
+    # one per turn (3 turns of 320x240).
+    screen = 320 * 240 * 3
+    assert summary["image_bytes_received"] % screen == 0
+    assert 4 * screen <= summary["image_bytes_received"] <= 4 * 3 * screen
+    assert summary["unique_images"] <= summary["image_bytes_received"] // screen
     assert summary["store_keys_left"] == 0

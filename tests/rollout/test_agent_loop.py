@@ -10,16 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import ray as ray_module
-import torch
 from transformers import Qwen2VLForConditionalGeneration
 
-from vlrl.mm import PIXELS_FIELD
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, TenantContext
 from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
 from vlrl.rollout.agent_loop import AgentLoop
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.store.ray_store import RayStore
+from tests.reference_logprobs import reference_logprobs
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -53,7 +52,7 @@ def _pool(setup: LoopSetup, loop_hosts: int = 1, max_tenants: int = 64) -> Harne
     ).build(loop_setup=setup)
 
 
-def test_trajectories_land_in_the_store_as_the_policy_sampled_them(ray_session, engine, store, tiny_path):
+def test_trajectories_land_in_the_store_as_the_policy_sampled_them(ray_session, engine, store, tiny_path, processor):
     pool = _pool(LoopSetup(model_path=str(tiny_path), engines=(engine,), store=store))
     try:
         jobs = [
@@ -73,24 +72,10 @@ def test_trajectories_land_in_the_store_as_the_policy_sampled_them(ray_session, 
 
     # The stored ids and logprobs are the policy's own: a plain forward reproduces the logprobs.
     model = Qwen2VLForConditionalGeneration.from_pretrained(tiny_path).eval()
-    from transformers import AutoProcessor
-
-    processor = AutoProcessor.from_pretrained(tiny_path)
     for meta in metas[:3]:
         payload = store.get([meta.key])[meta.key]
         assert payload["token_ids"].shape == (meta.num_tokens,) and payload["loss_mask"].sum() == meta.num_response_tokens
-        pixels = [store.get([m.store_key], [PIXELS_FIELD])[m.store_key][PIXELS_FIELD] for m in meta.images]
-        ordered = [pixels[index] for _, index in meta.image_offsets]
-        vision = processor.image_processor(images=ordered, return_tensors="pt")
-        ids = torch.as_tensor(payload["token_ids"], dtype=torch.long)[None]
-        with torch.no_grad():
-            logits = model(
-                input_ids=ids,
-                pixel_values=vision["pixel_values"],
-                image_grid_thw=vision["image_grid_thw"],
-                mm_token_type_ids=(ids == model.config.image_token_id).int(),
-            ).logits[0]
-        logprobs = torch.log_softmax(logits.float(), -1)[:-1].gather(1, ids[0, 1:, None])[:, 0].numpy()
+        logprobs = reference_logprobs(model, processor, store, meta)
         mask = payload["loss_mask"][1:]
         np.testing.assert_allclose(logprobs[mask], payload["logprobs"][1:][mask], atol=2e-4)
         assert meta.turns >= 1 and meta.context_lengths[0] < meta.num_tokens

@@ -1,0 +1,29 @@
+"""A plain Hugging Face forward of a stored sequence: the reference the engine's and teacher's
+logprobs are checked against."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vlrl.mm import PIXELS_FIELD
+from vlrl.store.records import SeqMeta
+
+
+def reference_logprobs(model, processor, store, meta: SeqMeta) -> np.ndarray:
+    """``log p(ids[t] | ids[:t])`` for t >= 1 of ``meta``'s stored sequence, images included: (T - 1,)."""
+    ids_array = store.get([meta.key], ["token_ids"])[meta.key]["token_ids"]
+    ids = torch.as_tensor(np.array(ids_array), dtype=torch.long)[None]  # (1, T)
+    pixels = {m.store_key: store.get([m.store_key], [PIXELS_FIELD])[m.store_key][PIXELS_FIELD] for m in meta.images}
+    ordered = [np.array(pixels[meta.images[index].store_key]) for _, index in meta.image_offsets]
+    vision = {}
+    if ordered:
+        processed = processor.image_processor(images=ordered, return_tensors="pt")
+        vision = {
+            "pixel_values": processed["pixel_values"],
+            "image_grid_thw": processed["image_grid_thw"],
+            "mm_token_type_ids": (ids == model.config.image_token_id).int(),
+        }
+    with torch.no_grad():
+        logits = model(input_ids=ids, **vision).logits[0].float()  # (T, V)
+    return torch.log_softmax(logits[:-1], -1).gather(1, ids[0, 1:, None])[:, 0].numpy()
