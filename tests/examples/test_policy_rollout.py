@@ -25,3 +25,13 @@ def test_policy_rollout_of_the_tiny_model(ray_session):
     assert 4 * screen <= summary["image_bytes_received"] <= 4 * 3 * screen
     assert summary["unique_images"] <= summary["image_bytes_received"] // screen
     assert summary["store_keys_left"] == 0
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_mixed_sources_run_on_their_own_env_pools(ray_session):
+    overrides = ["groups_per_source=1", "sources[0].group_size=2", "sources[1].group_size=2"]
+    summary = load_recipe(f"{RECIPE}:mixed", overrides).build().run()
+    assert summary["pool_sizes"] == {"loop": 1, "desktop": 2, "browser": 1}
+    assert {name: f["trajectories"] for name, f in summary["sources"].items()} == {"desktop-click": 2, "web-forms": 2}
+    assert summary["book"]["ok"] == 4 and summary["store_keys_left"] == 0
