@@ -16,7 +16,7 @@ RECIPE = Path(__file__).resolve().parents[2] / "examples" / "policy_rollout.py"
 def test_policy_rollout_of_the_tiny_model(ray_session):
     summary = load_recipe(str(RECIPE), ["groups_per_source=1", "sources[0].group_size=4"]).build().run()
     figures = summary["sources"]["desktop-click"]
-    assert figures["trajectories"] == 4 and figures["failed"] == 0
+    assert figures["trajectories"] == 4 and figures["failed"] == 0, summary["errors"]
     assert summary["book"]["ok"] == 4 and summary["sequences"] == 4
     # Each trajectory shipped each of its screenshots once: at least its first screen, at most
     # one per turn (3 turns of 320x240).

@@ -63,3 +63,19 @@ def test_stop_token_ends_generation_and_is_returned(tiny_path, processor):
     assert stopped.finish_reason == "stop"
     np.testing.assert_array_equal(stopped.token_ids, free.token_ids[: k + 1])
     np.testing.assert_allclose(stopped.logprobs, free.logprobs[: k + 1], atol=1e-5)
+
+
+def test_vision_placeholders_are_never_sampled():
+    import torch
+
+    from vlrl.rollout.engine.sampling import sample
+    from vlrl.rollout.protocol import SamplingParams
+
+    logits = torch.zeros(4, 6)
+    logits[:, 3] = 50.0  # the placeholder would win every draw
+    params = [SamplingParams(temperature=t) for t in (0.0, 1.0, 1.0, 2.0)]
+    generators = [None] + [torch.Generator().manual_seed(i) for i in range(3)]
+    ids, logprobs = sample(logits, params, generators, banned=torch.tensor([3]))
+    assert 3 not in ids.tolist()
+    raw = torch.log_softmax(logits, -1)
+    assert torch.allclose(logprobs, raw.gather(1, ids[:, None])[:, 0])

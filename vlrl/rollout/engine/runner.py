@@ -79,6 +79,11 @@ class ModelRunner:
         self._stop_token_ids = stop_token_ids
         self._image_token_id = model.config.image_token_id
         self._device = model.device
+        placeholders = [
+            getattr(model.config, name, None)
+            for name in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+        ]
+        self._banned = torch.tensor([i for i in placeholders if i is not None], dtype=torch.long, device=self._device)
 
     @classmethod
     def load(cls, path: str, *, dtype: torch.dtype, device: str, stop_token_ids: frozenset[int]) -> ModelRunner:
@@ -91,7 +96,9 @@ class ModelRunner:
         cache, mask, logits = self._prefill(rows)
         active = rows
         while True:
-            ids, logprobs = sample(logits, [r.seq.sampling for r in active], [r.generator for r in active])
+            ids, logprobs = sample(
+                logits, [r.seq.sampling for r in active], [r.generator for r in active], self._banned
+            )
             for row, token, logprob in zip(active, ids.tolist(), logprobs.tolist()):
                 row.token_ids.append(token)
                 row.logprobs.append(logprob)

@@ -26,11 +26,20 @@ def generator_for(params: SamplingParams, device: torch.device) -> torch.Generat
 
 
 def sample(
-    logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+    banned: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row of ``logits`` (B, V); return ids (B,) and their raw logprobs (B,)."""
+    """Draw one token per row of ``logits`` (B, V); return ids (B,) and their raw logprobs (B,).
+
+    ``banned`` ids (the vision placeholders) are never drawn: a generated ``<|image_pad|>`` would
+    read as an image slot in the next turn's prompt. Their logprobs stay in the raw distribution.
+    """
     logits = logits.float()
     raw_logprobs = torch.log_softmax(logits, dim=-1)  # (B, V), temperature 1, before top-p
+    if banned is not None:
+        logits = logits.index_fill(1, banned, float("-inf"))
     ids = torch.empty(len(params), dtype=torch.long, device=logits.device)
     for row, (p, generator) in enumerate(zip(params, generators)):
         if p.temperature == 0:
