@@ -1,0 +1,1 @@
+"""Training side: encoder planning, lazy pixel fetch, encoding, embedding redistribution, trainer."""
