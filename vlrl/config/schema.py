@@ -14,10 +14,12 @@ import abc
 import ast
 import dataclasses
 import inspect
+import operator
 import textwrap
 import types
 import typing
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from collections.abc import Callable
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 _UNIONS = (Union, types.UnionType)
 
@@ -33,55 +35,46 @@ class Constraint(abc.ABC):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Ge(Constraint):
+class _Bound(Constraint):
+    """A comparison with ``bound``; subclasses name the operator."""
+
+    bound: float
+    _compare: ClassVar[Callable[[Any, Any], bool]]
+    _symbol: ClassVar[str]
+
+    def holds(self, value: Any) -> bool:
+        return type(self)._compare(value, self.bound)
+
+    def __str__(self) -> str:
+        return f"{self._symbol} {self.bound}"
+
+
+class Ge(_Bound):
     """The value is at least ``bound``."""
 
-    bound: float
-
-    def holds(self, value: Any) -> bool:
-        return value >= self.bound
-
-    def __str__(self) -> str:
-        return f">= {self.bound}"
+    __slots__ = ()
+    _compare, _symbol = operator.ge, ">="
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Gt(Constraint):
+class Gt(_Bound):
     """The value is above ``bound``."""
 
-    bound: float
-
-    def holds(self, value: Any) -> bool:
-        return value > self.bound
-
-    def __str__(self) -> str:
-        return f"> {self.bound}"
+    __slots__ = ()
+    _compare, _symbol = operator.gt, ">"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Le(Constraint):
+class Le(_Bound):
     """The value is at most ``bound``."""
 
-    bound: float
-
-    def holds(self, value: Any) -> bool:
-        return value <= self.bound
-
-    def __str__(self) -> str:
-        return f"<= {self.bound}"
+    __slots__ = ()
+    _compare, _symbol = operator.le, "<="
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Lt(Constraint):
+class Lt(_Bound):
     """The value is below ``bound``."""
 
-    bound: float
-
-    def holds(self, value: Any) -> bool:
-        return value < self.bound
-
-    def __str__(self) -> str:
-        return f"< {self.bound}"
+    __slots__ = ()
+    _compare, _symbol = operator.lt, "<"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
