@@ -22,7 +22,10 @@ class PixelFetcher:
 
     def fetch(self, plan: EncodePlan) -> list[np.ndarray]:
         """Pixels of this rank's items, in the plan's output order for the rank."""
-        hashes = [plan.hashes[i] for i in plan.items_of(self._rank)]
+        return self.fetch_images([plan.hashes[i] for i in plan.items_of(self._rank)])
+
+    def fetch_images(self, hashes: list[str]) -> list[np.ndarray]:
+        """Pixels of the images ``hashes`` (some of this rank's items), in that order."""
         if not hashes:
             return []
         keys = [image_store_key(h) for h in hashes]

@@ -202,5 +202,21 @@ def redistribute(outputs: Sequence[torch.Tensor], routing: Routing, *, group=Non
                 f"rank {rank}: encoder output for image {content_hash} has shape {tuple(out.shape)};"
                 f" expected ({num_tokens}, {outputs[0].shape[-1]}), one row per token"
             )
-    local = torch.cat(list(outputs)) if len(outputs) > 1 else outputs[0]
+    return redistribute_rows(torch.cat(list(outputs)) if len(outputs) > 1 else outputs[0], routing, group=group)
+
+
+def redistribute_rows(local: torch.Tensor, routing: Routing, *, group=None) -> torch.Tensor:
+    """``redistribute`` of this rank's encoder rows already concatenated in plan order,
+    ``(routing.encoded_rows(rank), hidden)``. Collective, like ``redistribute``."""
+    rank = dist.get_rank(group)
+    if dist.get_world_size(group) != routing.world_size:
+        raise ValueError(
+            f"rank {rank}: the routing was built for {routing.world_size} ranks, the process group has"
+            f" {dist.get_world_size(group)}; plan with the trainer's layout"
+        )
+    if local.ndim != 2 or local.shape[0] != routing.encoded_rows(rank):
+        raise ValueError(
+            f"rank {rank}: {tuple(local.shape)} encoder rows; the routing expects"
+            f" ({routing.encoded_rows(rank)}, hidden) for images {[h for h, _ in routing.local_items[rank]][:3]}"
+        )
     return _AllToAllRows.apply(local, routing, rank, group)
