@@ -104,12 +104,13 @@ class Qwen2VLEncoder(VisionEncoder):
         patch_rule=PatchRule(min_pixels=28 * 28, max_pixels=112 * 112),
     )  # fmt: skip
 
-    def __init__(self, config: Qwen2VLEncoder.Config) -> None:
+    def __init__(self, config: Qwen2VLEncoder.Config, *, tower: Qwen2VisionTransformerPretrainedModel | None = None) -> None:
+        """``tower``: adopt an existing tower (its parameters stay shared) instead of building one."""
         super().__init__()
         self.config = config
         rule = config.patch_rule
         self.hidden_size = config.hidden_size
-        self.tower = Qwen2VisionTransformerPretrainedModel(
+        self.tower = tower or Qwen2VisionTransformerPretrainedModel(
             Qwen2VLVisionConfig(
                 depth=config.depth,
                 embed_dim=config.embed_dim,
@@ -137,6 +138,25 @@ class Qwen2VLEncoder(VisionEncoder):
             merge_size=rule.merge_size,
             temporal_patch_size=rule.temporal_patch_size,
         )
+
+    @classmethod
+    def from_model(cls, tower: Qwen2VisionTransformerPretrainedModel, patch_rule: PatchRule) -> Qwen2VLEncoder:
+        """The plug-in around a loaded Qwen2-VL's own vision tower (``model.model.visual``): the
+        trainer encodes through the plug-in path while the checkpoint keeps its parameter names."""
+        vision = tower.config
+        if (vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size) != (
+            patch_rule.patch_size, patch_rule.merge_size, patch_rule.temporal_patch_size,
+        ):  # fmt: skip
+            raise EncoderError(cls.name, f"patch rule {patch_rule} disagrees with the tower's config {vision}")
+        config = cls.Config(
+            depth=vision.depth,
+            embed_dim=vision.embed_dim,
+            hidden_size=vision.hidden_size,
+            num_heads=vision.num_heads,
+            mlp_ratio=int(vision.mlp_ratio),
+            patch_rule=patch_rule,
+        )
+        return cls(config, tower=tower)
 
     def grid(self, item: MMItemMeta) -> tuple[int, int, int]:
         """The item's patch grid under this encoder's rule; refuses metadata from another rule."""

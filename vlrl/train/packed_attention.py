@@ -1,0 +1,107 @@
+"""Attention over a packed CP window: segments never see each other, causal in packed order,
+keys and values gathered over the CP group.
+
+A CP rank holds chunks ``i`` and ``2*cp - 1 - i`` of the padded micro-batch (``Layout.cp_window``).
+Each layer all-gathers the keys and values of every CP rank's window (the Llama-3 scheme: queries
+stay local, keys/values are small under GQA), so a query at packed position ``q`` in segment ``s``
+attends exactly to the keys ``k`` with ``segment[k] == s`` and ``position[k] <= q`` wherever they
+live. The backward of the gather is a reduce-scatter (sum): a key's gradient collects the
+contributions of every CP rank's queries. Padding is its own segment (-1), so every query row
+has at least itself to attend to and no real token attends to padding.
+
+The mask is dense ``(W, cp*W)`` booleans handed to ``scaled_dot_product_attention``: exact on
+CPU and fine for the window sizes a CPU trains; a GPU deployment swaps in a varlen kernel over
+the same (segment, position) description.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+ATTENTION_NAME = "vlrl_packed"
+
+
+class _GatherSequence(torch.autograd.Function):
+    """All-gather along dim 0 over ``group``; backward reduce-scatters (sums) the gradient."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
+        ctx.group = group
+        world = dist.get_world_size(group)
+        out = x.new_empty((world * x.shape[0], *x.shape[1:]))
+        dist.all_gather_into_tensor(out, x.contiguous(), group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        world = dist.get_world_size(ctx.group)
+        out = grad.new_empty((grad.shape[0] // world, *grad.shape[1:]))
+        dist.reduce_scatter_tensor(out, grad.contiguous(), group=ctx.group)
+        return out, None
+
+
+def gather_sequence(x: torch.Tensor, group, dim: int) -> torch.Tensor:
+    """``x`` of every rank of ``group`` concatenated along ``dim``, in rank order, with gradients."""
+    moved = x.movedim(dim, 0)
+    return _GatherSequence.apply(moved, group).movedim(0, dim)
+
+
+@dataclass(frozen=True, slots=True)
+class PackedMask:
+    """What the attention layers of one micro-batch need; passed as the layers' ``attention_mask``."""
+
+    allowed: torch.Tensor
+    """``(W, cp*W)`` bool: query (this CP window) may attend to key (all CP windows, rank order)."""
+    cp_group: Any
+
+    @classmethod
+    def build(
+        cls, positions: np.ndarray, segments: np.ndarray, cp_group: Any, device: torch.device | str = "cpu"
+    ) -> PackedMask:
+        """From this CP rank's window: packed positions (in the micro-batch) and segment ids, ``(W,)``.
+        Collective over ``cp_group`` (the keys' positions and segments are gathered)."""
+        pos = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=device)
+        seg = torch.as_tensor(np.asarray(segments, dtype=np.int64), device=device)
+        key_pos, key_seg = pos, seg
+        if cp_group is not None:
+            both = torch.stack([pos, seg], dim=1)  # (W, 2)
+            gathered = both.new_empty((dist.get_world_size(cp_group) * len(both), 2))
+            dist.all_gather_into_tensor(gathered, both, group=cp_group)
+            key_pos, key_seg = gathered[:, 0], gathered[:, 1]
+        allowed = (seg[:, None] == key_seg[None, :]) & (key_pos[None, :] <= pos[:, None])
+        return cls(allowed, cp_group)
+
+
+def packed_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: PackedMask,
+    *,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **_: Any,
+) -> tuple[torch.Tensor, None]:
+    """The ``transformers`` attention interface: ``query`` ``(1, heads, W, d)``, ``key``/``value``
+    ``(1, kv_heads, W, d)`` of this rank's heads; returns ``(1, W, heads, d)``."""
+    if not isinstance(attention_mask, PackedMask):
+        raise TypeError(f"{ATTENTION_NAME} attention needs a PackedMask; got {type(attention_mask).__name__}")
+    if attention_mask.cp_group is not None:
+        key = gather_sequence(key, attention_mask.cp_group, dim=2)  # (1, kv_heads, cp*W, d)
+        value = gather_sequence(value, attention_mask.cp_group, dim=2)
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask.allowed, dropout_p=dropout, scale=scaling,
+        enable_gqa=query.shape[1] != key.shape[1],
+    )  # fmt: skip
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(ATTENTION_NAME, packed_attention)

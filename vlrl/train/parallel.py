@@ -1,0 +1,64 @@
+"""``Parallel``: the process groups of one training rank, all derived from the ``Layout``.
+
+The device mesh is ``(dp, cp, tp)`` in the layout's rank order (TP fastest), so mesh coordinates
+and ``Layout.coords`` agree. What each dimension does to the model:
+
+* ``tp``: DTensor tensor parallelism of the LLM backbone (``tp_mesh``);
+* ``cp``: keys/values all-gathered over ``cp_group`` in every attention layer;
+* ``dp`` x ``cp``: FSDP2 shards the backbone over the flattened ``dp_cp_mesh`` and sums its
+  gradients there (CP ranks saw different tokens of the same micro-batch: their gradients add);
+* the whole world: the vision encoder is replicated on every rank and each rank encodes other
+  images, so encoder gradients are summed over ``world_group``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from vlrl.pack.layout import Coords, Layout
+
+
+@dataclass(frozen=True, slots=True)
+class Parallel:
+    layout: Layout
+    rank: int
+    coords: Coords
+    mesh: DeviceMesh
+    """``(dp, cp, tp)``."""
+    tp_mesh: DeviceMesh
+    dp_cp_mesh: DeviceMesh
+    cp_group: Any
+    """None when cp = 1."""
+    dp_group: Any
+    """Ranks at the same (cp, tp): they add up loss counts of different micro-batches."""
+    world_group: Any
+
+    @classmethod
+    def init(cls, layout: Layout, device_type: str = "cpu") -> Parallel:
+        """Build the mesh and groups; collective over the default process group, which must have
+        exactly ``layout.world_size`` ranks (any other count is refused before any collective)."""
+        if not dist.is_initialized():
+            raise RuntimeError("torch.distributed is not initialised; start the ranks with init_process_group")
+        layout.check_world(dist.get_world_size())
+        mesh = init_device_mesh(device_type, (layout.dp, layout.cp, layout.tp), mesh_dim_names=("dp", "cp", "tp"))
+        rank = dist.get_rank()
+        return cls(
+            layout=layout,
+            rank=rank,
+            coords=layout.coords(rank),
+            mesh=mesh,
+            tp_mesh=mesh["tp"],
+            dp_cp_mesh=mesh["dp", "cp"]._flatten("dp_cp"),
+            cp_group=mesh.get_group("cp") if layout.cp > 1 else None,
+            dp_group=mesh.get_group("dp"),
+            world_group=dist.group.WORLD,
+        )
+
+    @property
+    def is_logger(self) -> bool:
+        """The rank that reports step metrics and writes shared files."""
+        return self.rank == 0

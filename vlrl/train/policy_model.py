@@ -1,0 +1,184 @@
+"""``PolicyModel``: a Hugging Face Qwen2-VL trained over DP x CP x TP on packed windows.
+
+The vision tower runs through the encoder plug-in path (``StepEncoder``: planned, lazily
+fetched, all-to-all'd), so any ``VisionEncoder`` whose rows fit the LLM trains the same way. The
+LLM backbone is the model's own modules, called layer by layer on one CP window:
+
+1. token embeddings of the window, sequence-sharded over TP (``(1, W/tp, H)`` per rank);
+2. the received image rows spliced in at this rank's image-token positions;
+3. 3-D M-RoPE cos/sin for the window's positions (``vlrl.train.mrope``);
+4. each decoder layer with the ``vlrl_packed`` attention (segment-masked, causal in packed
+   order, keys/values gathered over CP; ``packed_attention``);
+5. final norm and LM head; logits come back sequence-sharded with the whole vocabulary.
+
+Parallelism uses PyTorch's engines: DTensor ``parallelize_module`` with the torchtitan plan
+(norms ``SequenceParallel``; q/k/v, gate/up column-wise; o/down row-wise back to sequence
+shards; embeddings row-wise; LM head column-wise, then redistributed from vocab shards to sequence
+shards), and FSDP2 ``fully_shard`` of every layer, the embeddings, the final norm and the head
+over the flattened DP x CP mesh with summed (not averaged) gradients. The encoder is replicated
+and its gradients are summed over the world (``sync_encoder_grads``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
+
+from encoders.protocol import VisionEncoder
+from encoders.qwen2vl import Qwen2VLEncoder
+from vlrl.rollout.tiny_model import patch_rule_of
+from vlrl.train.packed_attention import ATTENTION_NAME, PackedMask
+from vlrl.train.parallel import Parallel
+
+ENCODER_PREFIX = "model.visual."
+"""Where a Qwen2-VL checkpoint keeps the vision tower's weights."""
+
+
+class PolicyModel(nn.Module):
+    def __init__(self, model: Qwen2VLForConditionalGeneration, encoder: VisionEncoder) -> None:
+        super().__init__()
+        if encoder.hidden_size != model.config.text_config.hidden_size:
+            raise ValueError(
+                f"encoder {encoder.name!r} gives rows of width {encoder.hidden_size}; the LLM's embeddings have"
+                f" {model.config.text_config.hidden_size}"
+            )
+        self.model = model
+        self.encoder = encoder
+        self.lm = model.model.language_model
+        self.lm.config._attn_implementation = ATTENTION_NAME
+        self.image_token_id = int(model.config.image_token_id)
+        self.merge_size = int(model.config.vision_config.spatial_merge_size)
+        self._parallel: Parallel | None = None
+
+    @classmethod
+    def load(cls, path: str | Path, *, dtype: torch.dtype = torch.float32, encoder: VisionEncoder | None = None) -> PolicyModel:
+        """A Qwen2-VL checkpoint folder; the tower is its own unless ``encoder`` replaces it."""
+        model = Qwen2VLForConditionalGeneration.from_pretrained(str(path), dtype=dtype)
+        if encoder is None:
+            rule = patch_rule_of(AutoProcessor.from_pretrained(str(path)))
+            encoder = Qwen2VLEncoder.from_model(model.model.visual, rule)
+        return cls(model, encoder.to(dtype))
+
+    # ---- parallelism
+
+    def parallelize(self, parallel: Parallel) -> None:
+        """Apply TP (sequence parallel) and FSDP2 in place. Collective."""
+        layout = parallel.layout
+        if layout.tp > 1 and not layout.sequence_parallel:
+            raise ValueError("the trainer runs tensor parallelism with sequence parallelism; set sequence_parallel=True")
+        text = self.model.config.text_config
+        for name, count in (("attention heads", text.num_attention_heads), ("key/value heads", text.num_key_value_heads)):
+            if count % layout.tp:
+                raise ValueError(f"tp={layout.tp} does not divide the model's {count} {name}")
+        if layout.tp > 1:
+            self._apply_tp(parallel.tp_mesh)
+        if layout.dp * layout.cp > 1:
+            for module in [*self.lm.layers, self.lm.embed_tokens, self.lm.norm, self.model.lm_head]:
+                fully_shard(module, mesh=parallel.dp_cp_mesh, reshard_after_forward=False)
+                module.set_gradient_divide_factor(1.0)  # CP and DP shares of one global loss add up
+        self._parallel = parallel
+
+    def _apply_tp(self, tp_mesh) -> None:
+        parallelize_module(self.lm, tp_mesh, {
+            "embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            "norm": SequenceParallel(),
+        })  # fmt: skip
+        parallelize_module(
+            self.model.lm_head, tp_mesh, ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)
+        )
+        for layer in self.lm.layers:
+            parallelize_module(layer, tp_mesh, {
+                "input_layernorm": SequenceParallel(),
+                "self_attn": PrepareModuleInput(
+                    input_kwarg_layouts={"hidden_states": Shard(1)}, desired_input_kwarg_layouts={"hidden_states": Replicate()}
+                ),
+                "self_attn.q_proj": ColwiseParallel(),
+                "self_attn.k_proj": ColwiseParallel(),
+                "self_attn.v_proj": ColwiseParallel(),
+                "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+                "post_attention_layernorm": SequenceParallel(),
+                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                "mlp.gate_proj": ColwiseParallel(),
+                "mlp.up_proj": ColwiseParallel(),
+                "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+            })  # fmt: skip
+
+    # ---- forward
+
+    def forward(
+        self,
+        token_ids: torch.Tensor,
+        mrope: torch.Tensor,
+        mask: PackedMask,
+        image_rows: torch.Tensor,
+        image_index: torch.Tensor,
+    ) -> torch.Tensor:
+        """Logits of this rank's shard of a CP window, ``(W / tp, vocab)``.
+
+        ``token_ids`` ``(W,)`` and ``mrope`` ``(3, W)``: the whole CP window (every TP rank alike);
+        ``image_rows`` ``(R, H)``: this rank's received image embeddings, placed at ``image_index``
+        ``(R,)`` of its shard (the rows must be in the loss graph on every rank, even when R = 0)."""
+        x = self.lm.embed_tokens(token_ids[None])  # (1, W/tp, H)
+        if isinstance(x, DTensor):
+            x = x.to_local()
+        x = x.index_copy(1, image_index, image_rows[None].to(x.dtype))  # out of place: keeps autograd exact
+        cos, sin = self.lm.rotary_emb(x, mrope[:, None, :])  # (3, 1, W) positions -> (1, W, head_dim)
+        for layer in self.lm.layers:
+            x = layer(x, attention_mask=mask, position_embeddings=(cos, sin))
+        logits = self.model.lm_head(self.lm.norm(x))  # (1, W/tp, V) or, under TP, vocab shards
+        if isinstance(logits, DTensor):
+            logits = logits.redistribute(placements=[Shard(1)]).to_local()
+        return logits[0]
+
+    # ---- gradients and weights
+
+    def encoder_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.encoder.parameters() if p.requires_grad]
+
+    def backbone_parameters(self) -> list[nn.Parameter]:
+        """The LLM's parameters (the checkpoint's own tower excluded even when a plug-in replaces it)."""
+        skip = {id(p) for p in [*self.encoder.parameters(), *self.model.model.visual.parameters()]}
+        return [p for p in self.model.parameters() if p.requires_grad and id(p) not in skip]
+
+    @property
+    def owns_tower(self) -> bool:
+        """Whether the encoder is the checkpoint's own tower (its weights keep their names)."""
+        return getattr(self.encoder, "tower", None) is self.model.model.visual
+
+    def sync_encoder_grads(self) -> None:
+        """Sum the encoder's gradients over all ranks: each encoded other images. One all-reduce."""
+        if self._parallel is None or self._parallel.layout.world_size == 1:
+            return
+        params = [p for p in self.encoder_parameters()]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self._parallel.world_group)
+        for param, piece in zip(params, flat.split([g.numel() for g in grads]), strict=True):
+            param.grad = piece.view_as(param).clone()
+
+    def full_state_dict(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every weight under its checkpoint name, unsharded; a plug-in encoder's own weights come
+        under ``encoder.``. Collective under TP/FSDP: every rank iterates it to the end."""
+        for name, value in self.model.state_dict().items():
+            if not self.owns_tower and name.startswith(ENCODER_PREFIX):
+                continue
+            if isinstance(value, DTensor):
+                value = value.full_tensor()
+            yield name, value.detach()
+        if not self.owns_tower:
+            for name, value in self.encoder.state_dict().items():
+                yield "encoder." + name, value.detach()

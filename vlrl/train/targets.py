@@ -1,0 +1,114 @@
+"""``micro_batch_inputs``: what one rank feeds the model and the loss for one micro-batch.
+
+The logits at position ``q`` predict token ``q + 1``, so the loss at ``q`` uses the *next* token's
+id, rollout logprob, advantage, loss mask and teacher logprob. The token after the last one of a
+CP chunk lives on another CP rank, so the CP group all-gathers its windows' per-token scalars
+(a few bytes per token, against the keys and values every layer gathers) and every rank rebuilds
+the micro-batch in packed order, shifts it by one, and keeps its own window and TP shard. A
+target counts only inside its sequence (same segment) and where the next token is a loss token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from vlrl.pack.layout import Layout
+from vlrl.pack.packed import PackedWindow
+from vlrl.pack.plan import MicroBatch
+from vlrl.train.mrope import window_mrope
+
+_COLUMNS = ("token_ids", "segment_ids", "loss_mask", "old_logprobs", "advantages", "teacher_logprobs")
+
+
+@dataclass(frozen=True, slots=True)
+class MicroBatchInputs:
+    """One rank's share of a micro-batch; ``(W,)`` arrays cover the whole CP window, ``(S,)`` ones
+    this rank's TP shard of it."""
+
+    token_ids: np.ndarray  # (W,)
+    mrope: np.ndarray  # (3, W) M-RoPE positions
+    positions: np.ndarray  # (W,) packed position in the micro-batch (causality across CP ranks)
+    segment_ids: np.ndarray  # (W,)
+    image_index: np.ndarray  # (R,) shard positions of this rank's image-token rows, window order
+    target_ids: np.ndarray  # (S,) token q + 1 (0 where there is none)
+    loss_mask: np.ndarray  # (S,) bool
+    old_logprobs: np.ndarray  # (S,)
+    advantages: np.ndarray  # (S,)
+    teacher_logprobs: np.ndarray | None  # (S,)
+    seq_loss_tokens: np.ndarray  # (S,) loss tokens of the position's whole sequence (0 off the mask)
+
+
+def micro_batch_inputs(
+    window: PackedWindow,
+    micro_batch: MicroBatch,
+    layout: Layout,
+    cp_rank: int,
+    tp_rank: int,
+    mrope_tables: Mapping[str, np.ndarray],
+    *,
+    image_token_id: int,
+    cp_group=None,
+) -> MicroBatchInputs:
+    """Inputs of this rank from its CP window. Collective over ``cp_group`` (None for cp = 1).
+    An empty micro-batch comes as a window of padding only (``layout.pad_multiple`` tokens)."""
+    total = micro_batch.num_tokens or layout.pad_multiple
+    positions = np.concatenate([np.arange(a, b) for a, b in layout.cp_window(total, cp_rank)] or [np.zeros(0, np.int64)])
+    if len(positions) != len(window):
+        raise ValueError(f"CP rank {cp_rank}: window of {len(window)} tokens; the layout gives {len(positions)}")
+    full = _packed_columns(window, layout, total, cp_group)  # (padded, columns) in packed order
+    seg = full[:, 1].astype(np.int64)
+    nxt = np.concatenate([full[1:], np.zeros((1, full.shape[1]))])  # token q + 1's columns
+    nxt_seg = np.concatenate([seg[1:], [-1]])
+    mask = (seg >= 0) & (nxt_seg == seg) & (nxt[:, 2] > 0)
+    counts = np.bincount(seg[mask], minlength=max(len(micro_batch.keys), 1))
+    seq_tokens = np.where(mask, counts[np.maximum(seg, 0)], 0)
+
+    start, stop = layout.tp_shard(len(window), tp_rank)
+    mine = positions[start:stop]
+    shard = window.tp_shard(layout, tp_rank)
+    image_index = np.concatenate(
+        [np.arange(p.window_start, p.window_start + p.num_rows) for p in shard.images] or [np.zeros(0, np.int64)]
+    )
+    if len(image_index) and not np.all(shard.token_ids[image_index] == image_token_id):
+        raise ValueError(
+            f"CP rank {cp_rank} TP rank {tp_rank}: image placements cover tokens that are not the image token"
+            f" {image_token_id}; the stored token ids and SeqMeta.image_offsets disagree"
+        )
+    teacher = nxt[mine, 5] if window.teacher_logprobs is not None else None
+    return MicroBatchInputs(
+        token_ids=np.asarray(window.token_ids, dtype=np.int64),
+        mrope=window_mrope(mrope_tables, micro_batch.keys, window.segment_ids, window.position_ids),
+        positions=positions,
+        segment_ids=np.asarray(window.segment_ids, dtype=np.int64),
+        image_index=image_index.astype(np.int64),
+        target_ids=np.where(mask[mine], nxt[mine, 0], 0).astype(np.int64),
+        loss_mask=mask[mine],
+        old_logprobs=nxt[mine, 3],
+        advantages=nxt[mine, 4],
+        teacher_logprobs=teacher,
+        seq_loss_tokens=seq_tokens[mine].astype(np.float64),
+    )
+
+
+def _packed_columns(window: PackedWindow, layout: Layout, total: int, cp_group) -> np.ndarray:
+    """``(padded_len, len(_COLUMNS))`` float64 of the whole micro-batch in packed order."""
+    teacher = window.teacher_logprobs if window.teacher_logprobs is not None else np.zeros(len(window))
+    local = np.stack(
+        [window.token_ids, window.segment_ids, window.loss_mask, window.old_logprobs, window.advantages, teacher], axis=1
+    ).astype(np.float64)  # (W, 6): token ids are exact in float64
+    if cp_group is None:
+        return local
+    gathered = torch.empty((layout.cp * len(local), local.shape[1]), dtype=torch.float64)
+    dist.all_gather_into_tensor(gathered, torch.from_numpy(local), group=cp_group)
+    out = np.empty((layout.padded_len(total), local.shape[1]))
+    for cp_rank, rows in enumerate(gathered.numpy().reshape(layout.cp, len(local), -1)):
+        at = 0
+        for a, b in layout.cp_window(total, cp_rank):
+            out[a:b] = rows[at : at + b - a]
+            at += b - a
+    return out

@@ -1,0 +1,292 @@
+"""``Trainer``: one rank's policy update, fed by the packer and the encoder path.
+
+A step, on every rank alike (``step``)::
+
+    plan micro-batches from metadata      (MicroBatchPlanner, same plan everywhere)
+    encode the step's images once         (StepEncoder: plan, lazy fetch, encode)
+    for each micro-batch:                 (pre-pass: windows -> inputs; global loss denominators)
+        embeddings  <- all-to-all         (EncodedStep.embeddings)
+        logits      <- PolicyModel        (TP + CP + FSDP)
+        loss share  -> backward           (PolicyLoss over global counts)
+    encoder backward once, encoder grads summed over the world
+    clip by the global grad norm, optimizer step
+
+Non-finite losses and gradient norms stop every rank together with the micro-batch named.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import save_file
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from encoders.protocol import VisionEncoder
+from vlrl.config import Ge, Gt, NonEmpty
+from vlrl.pack import Layout, MicroBatchPlanner, PackedWindow, new_tp_group, packer_for_rank
+from vlrl.pack.packed import PAD_SEGMENT_ID
+from vlrl.store.records import SeqMeta
+from vlrl.train.encode_step import StepEncoder
+from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss, token_logprobs_and_entropy
+from vlrl.train.mrope import sequence_mrope
+from vlrl.train.packed_attention import PackedMask
+from vlrl.train.parallel import Parallel
+from vlrl.train.policy_model import PolicyModel
+from vlrl.train.step_images import step_images
+from vlrl.train.targets import MicroBatchInputs, micro_batch_inputs
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+HF_FILES = ("config.json", "generation_config.json", "preprocessor_config.json", "tokenizer.json",
+            "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "processor_config.json")  # fmt: skip
+"""Non-weight files of a checkpoint folder, copied so a saved step loads like the original."""
+
+
+class Trainer:
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        """The policy update: model, optimizer, loss and micro-batching."""
+
+        model_path: Annotated[str, NonEmpty()] = ""
+        """Hugging Face Qwen2-VL checkpoint folder the policy starts from."""
+        dtype: Literal["float32", "float64", "bfloat16"] = "float32"
+        """Parameter and compute dtype."""
+        lr: Annotated[float, Gt(0)] = 1e-5
+        """AdamW learning rate."""
+        weight_decay: Annotated[float, Ge(0)] = 0.0
+        """AdamW decoupled weight decay."""
+        betas: tuple[float, float] = (0.9, 0.999)
+        """AdamW moment decay rates."""
+        max_grad_norm: Annotated[float, Gt(0)] = 1.0
+        """Gradients are scaled down to this global L2 norm when above it."""
+        loss: PolicyLoss.Config = field(default_factory=PolicyLoss.Config)
+        """The policy-gradient loss."""
+        micro_batches: MicroBatchPlanner.Config = field(default_factory=MicroBatchPlanner.Config)
+        """How a step's sequences are packed into micro-batches per DP rank."""
+        encode_chunk_tokens: Annotated[int, Ge(1)] = 16384
+        """Most image rows per encoder forward; the next chunk's pixels load meanwhile."""
+
+        def build(self, *, store: Any, layout: Layout, encoder: VisionEncoder | None = None) -> Trainer:
+            return Trainer(self, store=store, layout=layout, encoder=encoder)
+
+    def __init__(self, config: Trainer.Config, *, store: Any, layout: Layout, encoder: VisionEncoder | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.parallel = Parallel.init(layout)
+        self.model = PolicyModel.load(config.model_path, dtype=DTYPES[config.dtype], encoder=encoder)
+        self.model.parallelize(self.parallel)
+        self.loss_fn = config.loss.build()
+        self.planner = config.micro_batches.build()
+        self.optimizer = torch.optim.AdamW(
+            [{"params": self.model.backbone_parameters()}, {"params": self.model.encoder_parameters()}],
+            lr=config.lr, betas=config.betas, weight_decay=config.weight_decay,
+        )  # fmt: skip
+        self.step_count = 0
+        self._tp_group = new_tp_group(layout)
+        self._encoder = StepEncoder(
+            self.model.encoder, store, layout, self.parallel.rank, chunk_tokens=config.encode_chunk_tokens
+        )
+
+    @property
+    def layout(self) -> Layout:
+        return self.parallel.layout
+
+    # ---- the step
+
+    def step(self, metas: Sequence[SeqMeta]) -> dict[str, float]:
+        """One optimizer step on the sequences ``metas`` (payloads in the store); the returned
+        metrics are the same on every rank. Collective."""
+        start = time.perf_counter()
+        metrics = self.forward_backward(metas)
+        metrics["grad_norm"] = self._clip_gradients()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step_count += 1
+        metrics["step"] = self.step_count
+        metrics["step_s"] = time.perf_counter() - start
+        metrics["tokens_per_s"] = metrics["real_tokens"] / metrics["step_s"]
+        return metrics
+
+    def forward_backward(self, metas: Sequence[SeqMeta]) -> dict[str, float]:
+        """The step's loss and gradients (summed over ranks, encoder included), not yet applied."""
+        by_key = {m.key: m for m in metas}
+        plan = self.planner.plan(metas, self.layout.dp)
+        dp, cp, tp = self.parallel.coords
+        tables = {m.key: sequence_mrope(m, self.model.merge_size) for m in metas}
+        packer = packer_for_rank(
+            self.parallel.rank, store=self.store, layout=self.layout, plan=plan, metas=metas, tp_group=self._tp_group
+        )
+        inputs = []
+        for i, mb in enumerate(plan.ranks[dp]):
+            window = packer.get(i) if mb.num_tokens else _pad_window(self.layout)
+            inputs.append(micro_batch_inputs(
+                window, mb, self.layout, cp, tp, tables,
+                image_token_id=self.model.image_token_id, cp_group=self.parallel.cp_group,
+            ))  # fmt: skip
+            del window
+        normaliser = self._normaliser(inputs)
+        encoded = self._encoder.encode(step_images(plan, self.layout, by_key))
+        sums: dict[str, torch.Tensor] = {}
+        for i, mb_inputs in enumerate(inputs):
+            out = self._micro_batch(mb_inputs, encoded.embeddings(i), normaliser)
+            self._check_finite(out.loss.detach(), f"micro-batch {i} of DP rank {dp} (rank {self.parallel.rank})")
+            out.loss.backward()
+            for name, value in out.metrics.items():
+                sums[name] = torch.maximum(sums[name], value) if name.endswith("_max") and name in sums else sums.get(name, 0) + value
+            sums["loss"] = sums.get("loss", 0) + out.loss.detach().double()
+        encoded.backward()
+        self.model.sync_encoder_grads()
+        metrics = self._reduce(sums)
+        metrics.update(
+            real_tokens=sum(mb.num_tokens for batches in plan.ranks for mb in batches),
+            micro_batches=plan.num_micro_batches,
+            encoded_images=self._sum(encoded.stats.images),
+        )
+        return metrics
+
+    def _sum(self, value: float) -> float:
+        total = torch.tensor([float(value)], dtype=torch.float64)
+        dist.all_reduce(total)
+        return total.item()
+
+    def _micro_batch(self, inputs: MicroBatchInputs, image_rows: torch.Tensor, normaliser: Normaliser):
+        mask = PackedMask.build(inputs.positions, inputs.segment_ids, self.parallel.cp_group)
+        logits = self.model(
+            torch.from_numpy(inputs.token_ids),
+            torch.from_numpy(inputs.mrope),
+            mask,
+            image_rows,
+            torch.from_numpy(inputs.image_index),
+        )  # (S, V)
+        if image_rows.shape[0] != len(inputs.image_index):
+            raise ValueError(
+                f"rank {self.parallel.rank}: received {image_rows.shape[0]} image embedding rows for"
+                f" {len(inputs.image_index)} image-token positions"
+            )
+        logprobs, entropy = token_logprobs_and_entropy(logits, torch.from_numpy(inputs.target_ids))
+        as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+        return self.loss_fn(
+            logprobs,
+            old_logprobs=as_tensor(inputs.old_logprobs),
+            advantages=as_tensor(inputs.advantages),
+            loss_mask=as_tensor(inputs.loss_mask),
+            seq_loss_tokens=as_tensor(inputs.seq_loss_tokens),
+            normaliser=normaliser,
+            teacher_logprobs=None if inputs.teacher_logprobs is None else as_tensor(inputs.teacher_logprobs),
+            entropy=entropy,
+        )
+
+    def _normaliser(self, inputs: list[MicroBatchInputs]) -> Normaliser:
+        """The step's loss tokens and sequences, summed over every rank's shards (a sequence
+        split over CP/TP ranks adds 1/n per token, so it counts once)."""
+        counts = torch.tensor(
+            [sum(float(x.loss_mask.sum()) for x in inputs),
+             sum(float((x.loss_mask / np.maximum(x.seq_loss_tokens, 1)).sum()) for x in inputs)],
+            dtype=torch.float64,
+        )  # fmt: skip
+        dist.all_reduce(counts)
+        return Normaliser(tokens=int(round(counts[0].item())), sequences=int(round(counts[1].item())))
+
+    def _check_finite(self, loss: torch.Tensor, where: str) -> None:
+        """Every rank stops together if any rank's loss is not finite."""
+        bad = torch.tensor([0.0 if torch.isfinite(loss).all() else 1.0], dtype=torch.float64)
+        dist.all_reduce(bad)
+        if bad.item():
+            raise NonFiniteLossError(loss.item(), where if not torch.isfinite(loss).all() else f"another rank (seen at {where})")
+
+    def _clip_gradients(self) -> float:
+        backbone = [p.grad for p in self.model.backbone_parameters() if p.grad is not None]
+        encoder = [p.grad for p in self.model.encoder_parameters() if p.grad is not None]
+        squared = torch.zeros((), dtype=torch.float64)
+        if backbone:
+            norm = torch.nn.utils.get_total_norm(backbone)
+            norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+            squared = squared + norm.double() ** 2
+        if encoder:
+            squared = squared + torch.nn.utils.get_total_norm(encoder).double() ** 2
+        total = squared.sqrt()
+        if not torch.isfinite(total):
+            raise NonFiniteLossError(total.item(), f"gradient norm after step {self.step_count} (rank {self.parallel.rank})")
+        params = [p for p in [*self.model.backbone_parameters(), *self.model.encoder_parameters()] if p.grad is not None]
+        torch.nn.utils.clip_grads_with_norm_(params, self.config.max_grad_norm, total)
+        return float(total)
+
+    def _reduce(self, sums: Mapping[str, torch.Tensor]) -> dict[str, float]:
+        names = sorted(sums)
+        summed = torch.stack([torch.as_tensor(sums[n], dtype=torch.float64) for n in names if not n.endswith("_max")])
+        dist.all_reduce(summed)
+        out = dict(zip([n for n in names if not n.endswith("_max")], summed.tolist(), strict=True))
+        for name in names:
+            if name.endswith("_max"):
+                value = torch.as_tensor(sums[name], dtype=torch.float64).clone()
+                dist.all_reduce(value, op=dist.ReduceOp.MAX)
+                out[name] = value.item()
+        tokens = max(out.get("tokens", 0.0), 1.0)
+        for name in ("pg_loss_sum", "approx_kl_sum", "entropy_sum", "opd_kl_sum", "ref_kl_sum"):
+            if name in out:
+                out[name.removesuffix("_sum")] = out.pop(name) / tokens
+        out["clip_frac"] = (out.pop("clipped_low", 0.0) + out.pop("clipped_high", 0.0)) / tokens
+        return out
+
+    # ---- weights
+
+    def full_weights(self) -> dict[str, torch.Tensor] | None:
+        """Every weight, unsharded, on rank 0 (None on the others). Collective."""
+        weights = {}
+        for name, value in self.model.full_state_dict():
+            if self.parallel.is_logger:
+                weights[name] = value.clone()
+        return weights if self.parallel.is_logger else None
+
+    def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
+        """A checkpoint: sharded model + optimizer (exact resume, any rank count of the same
+        layout), and on rank 0 a Hugging Face folder (safetensors weights) plus ``extra`` state
+        (the driver's and sampler's). Collective."""
+        path = Path(path)
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path / "sharded"))
+        weights = self.full_weights()
+        if weights is not None:
+            hf = path / "hf"
+            hf.mkdir(parents=True, exist_ok=True)
+            save_file({k: v.contiguous() for k, v in weights.items()}, str(hf / "model.safetensors"))
+            for name in HF_FILES:
+                if (Path(self.config.model_path) / name).exists():
+                    shutil.copy(Path(self.config.model_path) / name, hf / name)
+            torch.save({"step": self.step_count, "extra": dict(extra or {})}, path / "trainer.pt")
+        dist.barrier()
+        return path
+
+    def load(self, path: str | Path) -> dict[str, Any]:
+        """Resume from ``save``'s folder; returns the ``extra`` state. Collective."""
+        path = Path(path)
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_state, "optim": optim_state}
+        dcp.load(state, checkpoint_id=str(path / "sharded"))
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        meta = torch.load(path / "trainer.pt", weights_only=False)
+        self.step_count = int(meta["step"])
+        return meta["extra"]
+
+    def close(self) -> None:
+        self._encoder.close()
+
+
+def _pad_window(layout: Layout) -> PackedWindow:
+    """The window of an empty micro-batch: pad tokens only, so the rank still takes part in every
+    collective of the step (layers, CP gathers, all-to-alls) and contributes nothing."""
+    n = layout.window_len(layout.pad_multiple)
+    zeros = np.zeros(n, np.float32)
+    return PackedWindow(
+        num_tokens=0, token_ids=np.zeros(n, np.int32), position_ids=np.zeros(n, np.int32),
+        segment_ids=np.full(n, PAD_SEGMENT_ID, np.int32), cu_seqlens=np.array([0, n], np.int32),
+        loss_mask=np.zeros(n, bool), old_logprobs=zeros, advantages=zeros,
+    )  # fmt: skip
