@@ -440,3 +440,20 @@ def test_token_logprobs_and_entropy_refuse_bad_shapes():
         token_logprobs_and_entropy(torch.zeros(4, 3), torch.zeros(5, dtype=torch.int64))
     with pytest.raises(ValueError, match="temperature=0"):
         token_logprobs_and_entropy(torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64), 0.0)
+
+
+def test_sft_is_the_negative_log_likelihood_of_the_loss_tokens():
+    logprobs = torch.tensor([-0.5, -2.0, -1.0, -3.0], dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([True, True, False, True])
+    loss_fn = PolicyLoss.Config(kind="sft").build()
+    out = loss_fn(
+        logprobs,
+        old_logprobs=torch.zeros(4, dtype=torch.float64),  # ignored: no ratio, no clipping
+        advantages=torch.full((4,), -7.0, dtype=torch.float64),  # ignored
+        loss_mask=mask,
+        seq_loss_tokens=torch.tensor([3.0, 3.0, 0.0, 3.0], dtype=torch.float64),
+        normaliser=Normaliser(tokens=3, sequences=1),
+    )
+    assert out.loss.item() == pytest.approx((0.5 + 2.0 + 3.0) / 3)
+    out.loss.backward()
+    assert logprobs.grad.tolist() == pytest.approx([-1 / 3, -1 / 3, 0.0, -1 / 3])

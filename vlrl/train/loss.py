@@ -75,7 +75,7 @@ from vlrl.config import Ge, Gt, Lt, validate
 
 Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"]
 
-DEFAULT_AGGREGATION: dict[str, Aggregation] = {"ppo": "token_mean", "grpo": "seq_mean_token_mean"}
+DEFAULT_AGGREGATION: dict[str, Aggregation] = {"ppo": "token_mean", "grpo": "seq_mean_token_mean", "sft": "token_mean"}
 """Each kind's aggregation when the config leaves it None."""
 
 
@@ -151,9 +151,11 @@ class PolicyLoss:
     class Config:
         """Policy-gradient loss of the trainer (formulas in ``vlrl.train.loss``)."""
 
-        kind: Literal["ppo", "grpo"] = "ppo"
-        """Both are the clipped surrogate on precomputed advantages (GRPO's are group-relative,
-        ``control.advantages``); the kind only sets the default aggregation."""
+        kind: Literal["ppo", "grpo", "sft"] = "ppo"
+        """``ppo`` and ``grpo`` are the clipped surrogate on precomputed advantages (GRPO's are
+        group-relative, ``control.advantages``) and differ only in the default aggregation.
+        ``sft`` is supervised warm start on demonstrations: ``pg_t = -logp_t`` (advantages and
+        rollout logprobs are ignored; KL, OPD and entropy terms still apply)."""
 
         clip_low: Annotated[float, Gt(0), Lt(1)] = 0.2
         """The ratio's lower clip bound is ``1 - clip_low``."""
@@ -246,6 +248,8 @@ class PolicyLoss:
         pg = torch.maximum(-adv * ratio, -adv * clipped)  # (W,)
         if cfg.dual_clip is not None:
             pg = torch.where(adv < 0, torch.minimum(pg, -cfg.dual_clip * adv), pg)
+        if cfg.kind == "sft":
+            pg = torch.where(mask, -logp, 0.0)  # maximum likelihood of the demonstrated tokens
         pg_term = weight * pg  # (W,) w_t pg_t
         per_token = pg_term
 
