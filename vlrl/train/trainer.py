@@ -158,6 +158,11 @@ class Trainer:
         return total.item()
 
     def _micro_batch(self, inputs: MicroBatchInputs, image_rows: torch.Tensor, normaliser: Normaliser):
+        if image_rows.shape[0] != len(inputs.image_index):
+            raise ValueError(
+                f"rank {self.parallel.rank}: received {image_rows.shape[0]} image embedding rows for"
+                f" {len(inputs.image_index)} image-token positions"
+            )
         mask = PackedMask.build(inputs.positions, inputs.segment_ids, self.parallel.cp_group)
         logits = self.model(
             torch.from_numpy(inputs.token_ids),
@@ -166,11 +171,6 @@ class Trainer:
             image_rows,
             torch.from_numpy(inputs.image_index),
         )  # (S, V)
-        if image_rows.shape[0] != len(inputs.image_index):
-            raise ValueError(
-                f"rank {self.parallel.rank}: received {image_rows.shape[0]} image embedding rows for"
-                f" {len(inputs.image_index)} image-token positions"
-            )
         logprobs, entropy = token_logprobs_and_entropy(logits, torch.from_numpy(inputs.target_ids))
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
         return self.loss_fn(

@@ -1,0 +1,166 @@
+"""``TrainerGroup``: the trainer's ranks as Ray actors on a placement group, driven as one.
+
+Each ``TrainerWorker`` is one rank: it sets the ``torch.distributed`` environment variables that
+``torchrun`` would set (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) and calls
+``init_distributed``, so the same ``Trainer`` code runs under ``torchrun`` (``vlrl.train.launch``)
+or under Ray. Gloo on CPU, NCCL when the worker has a GPU. The driver only sends ``SeqMeta``
+lists and gets metrics back; payloads go store -> packer -> rank, and weights go from rank 0 to
+the engines through the Ray object store (``push_weights``): no file is written.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from vlrl.config import Ge, Gt
+from vlrl.pack import Layout
+from vlrl.store.records import SeqMeta
+from vlrl.train.trainer import Trainer
+
+
+def init_distributed(timeout_s: float = 600.0) -> None:
+    """``init_process_group`` from the ``torchrun`` environment variables: NCCL with a GPU, else gloo."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=timeout_s))
+
+
+class TrainerWorker:
+    """One rank of the group (a Ray actor)."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank = rank
+        self.world = world
+        self.trainer: Trainer | None = None
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0's node address and a free port there, for the process group's TCP store."""
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return ray.util.get_node_ip_address(), s.getsockname()[1]
+
+    def setup(self, address: str, port: int, layout: Layout, config: Trainer.Config, store_config: Any) -> int:
+        os.environ.update(
+            RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", MASTER_ADDR=address, MASTER_PORT=str(port)
+        )
+        init_distributed()
+        self.trainer = config.build(store=store_config.build(), layout=layout)
+        return sum(p.numel() for p in self.trainer.model.parameters())
+
+    def step(self, metas: list[SeqMeta]) -> dict[str, float]:
+        return self.trainer.step(metas)
+
+    def weights(self) -> dict | None:
+        """Rank 0 returns every weight (Ray stores the result in the object store); others None."""
+        return self.trainer.full_weights()
+
+    def save(self, path: str, extra: dict) -> str:
+        return str(self.trainer.save(path, extra))
+
+    def load(self, path: str) -> dict:
+        return self.trainer.load(path)
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        self.trainer.close()
+        dist.destroy_process_group()
+
+
+class TrainerGroup:
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        """Trainer ranks as Ray actors: DP x CP x TP of them."""
+
+        dp: Annotated[int, Ge(1)] = 1
+        """Data-parallel replicas."""
+        cp: Annotated[int, Ge(1)] = 1
+        """Context-parallel ranks per replica."""
+        tp: Annotated[int, Ge(1)] = 1
+        """Tensor-parallel ranks (with sequence parallelism)."""
+        trainer: Trainer.Config = field(default_factory=Trainer.Config)
+        """What every rank runs."""
+        cpus_per_worker: Annotated[float, Gt(0)] = 1.0
+        """Ray CPUs each rank reserves."""
+        gpus_per_worker: Annotated[float, Ge(0)] = 0.0
+        """Ray GPUs each rank reserves (0 on CPU machines)."""
+
+        @property
+        def layout(self) -> Layout:
+            return Layout(self.dp, self.cp, self.tp)
+
+        def build(self, *, store_config: Any) -> TrainerGroup:
+            return TrainerGroup(self, store_config)
+
+    def __init__(self, config: TrainerGroup.Config, store_config: Any) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.config = config
+        layout = config.layout
+        bundle = {"CPU": config.cpus_per_worker, **({"GPU": config.gpus_per_worker} if config.gpus_per_worker else {})}
+        self._pg = placement_group([bundle] * layout.world_size, strategy="PACK")
+        ray.get(self._pg.ready(), timeout=300)
+        actor = ray.remote(TrainerWorker)
+        self.workers = [
+            actor.options(
+                num_cpus=config.cpus_per_worker,
+                num_gpus=config.gpus_per_worker,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank),
+            ).remote(rank, layout.world_size)
+            for rank in range(layout.world_size)
+        ]
+        address, port = ray.get(self.workers[0].rendezvous.remote())
+        setups = [w.setup.remote(address, port, layout, config.trainer, store_config) for w in self.workers]
+        self.parameters = ray.get(setups)[0]
+
+    def step(self, metas: list[SeqMeta]) -> dict[str, float]:
+        """One optimizer step on ``metas`` (every rank gets the same metadata); rank 0's metrics."""
+        import ray
+
+        return ray.get([w.step.remote(list(metas)) for w in self.workers])[0]
+
+    def push_weights(self, engines: list[Any], version: int) -> None:
+        """Rank 0's full weights to every engine as ``version``, through the object store."""
+        import ray
+
+        refs = [w.weights.remote() for w in self.workers]  # collective: every rank gathers
+        ray.get(refs[1:])
+        ray.get([engine.update_weights.remote(refs[0], version) for engine in engines])
+
+    def save(self, path: str | Path, extra: dict | None = None) -> Path:
+        import ray
+
+        return Path(ray.get([w.save.remote(str(path), dict(extra or {})) for w in self.workers])[0])
+
+    def load(self, path: str | Path) -> dict:
+        import ray
+
+        return ray.get([w.load.remote(str(path)) for w in self.workers])[0]
+
+    def shutdown(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        try:
+            ray.get([w.close.remote() for w in self.workers], timeout=60)
+        finally:
+            for worker in self.workers:
+                ray.kill(worker)
+            remove_placement_group(self._pg)
+
