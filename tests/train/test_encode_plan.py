@@ -77,6 +77,17 @@ def test_owner_not_preferred_at_a_cost():
     assert sorted(plan_encoders(items, 2, owners=owners).ranks) == [0, 1]
 
 
+def test_equal_cost_items_swap_to_their_owners():
+    # Four items of cost 4 on 2 ranks: balance puts two on each rank whatever the owners say;
+    # with every item owned by the rank the plan did not pick, swaps bring all four home.
+    items = [_item(i, 4) for i in range(4)]
+    free = plan_encoders(items, 2)
+    owners = {item.content_hash: {1 - rank} for item, rank in zip(items, free.ranks)}
+    plan = plan_encoders(items, 2, owners=owners)
+    assert [plan.rank_of(item.content_hash) for item in items] == [1 - r for r in free.ranks]
+    assert plan.imbalance == free.imbalance == 1.0
+
+
 def test_plans_100k_items_fast():
     items = _items(100_000, 6)
     start = time.perf_counter()

@@ -46,5 +46,10 @@ BENCHMARKS: dict[str, Benchmark] = {
             "driver memory scheduling on metadata (payloads in the store) vs a driver that gathers payloads",
             "vlrl.bench.driver_bench",
         ),
+        Benchmark(
+            "encode",
+            "encoder placement: planner + lazy fetch + all-to-all vs token-owner, Vision-DP and vLLM all-gathers",
+            "vlrl.bench.encode_bench",
+        ),
     ]
 }

@@ -19,8 +19,9 @@ Balancing is multiprocessor scheduling (minimise the largest rank load), solved 
    closest to ``g / 2``. Each step lowers the sum of squared loads by ``2 d (g - d) > 0``, so it
    terminates; it is capped at ``REFINE_STEPS`` all the same.
 3. **Prefer owners.** An item not on a rank holding its tokens moves to one that does when that
-   keeps the owner's load within the makespan: the max load (and so the imbalance) is unchanged,
-   and those rows then need no network hop.
+   keeps the owner's load within the makespan, or swaps with an equal-cost item the owner holds
+   for someone else: the max load (and so the imbalance) is unchanged, and those rows then need
+   no network hop.
 
 The result is the same on every rank: ties break by rank index and item first-seen order.
 """
@@ -201,18 +202,42 @@ def _refine(values: np.ndarray, ranks: np.ndarray, k: int) -> None:
 def _prefer_owners(
     hashes: list[str], values: np.ndarray, ranks: np.ndarray, k: int, owners: Mapping[str, Collection[int]]
 ) -> None:
-    """Move items onto a rank holding their tokens where that keeps every load within the makespan."""
+    """Move items onto a rank holding their tokens where that keeps every load within the makespan;
+    where the owner has no room, swap with an equal-cost item of the owner's that is not at home
+    there (loads unchanged). Screens come in a few fixed sizes, so equal costs are common."""
     loads = np.bincount(ranks, weights=values, minlength=k)
     makespan = loads.max()
-    for i, content_hash in enumerate(hashes):
-        held = sorted(owners.get(content_hash, ()))
-        if not held or ranks[i] in held:
-            continue
-        for rank in held:
+    held = [sorted(owners.get(h, ())) for h in hashes]
+    for i, ranks_held in enumerate(held):
+        for rank in ranks_held:
             if not 0 <= rank < k:
-                raise ValueError(f"owners[{content_hash!r}] holds rank {rank}; expected 0..{k - 1}")
+                raise ValueError(f"owners[{hashes[i]!r}] holds rank {rank}; expected 0..{k - 1}")
+    # (rank, cost) -> items there that do not hold their own tokens on it: swap partners
+    away: dict[tuple[int, float], dict[int, None]] = {}  # insertion-ordered sets
+    for i, ranks_held in enumerate(held):
+        if ranks_held and ranks[i] not in ranks_held:
+            away.setdefault((int(ranks[i]), float(values[i])), {})[i] = None
+    for i, ranks_held in enumerate(held):
+        if not ranks_held or ranks[i] in ranks_held:
+            continue
+        here = int(ranks[i])
+        for rank in ranks_held:
             if loads[rank] + values[i] <= makespan:
-                loads[ranks[i]] -= values[i]
+                loads[here] -= values[i]
                 loads[rank] += values[i]
+                _leave(away, here, values[i], i)
                 ranks[i] = rank
                 break
+            partners = away.get((rank, float(values[i])), {})
+            j = next(iter(partners), None)  # never i itself: i is away from `here`, not `rank`
+            if j is not None:  # equal costs: both loads stay as they are
+                _leave(away, here, values[i], i)
+                _leave(away, rank, values[j], j)
+                ranks[i], ranks[j] = rank, here
+                if here not in held[j]:
+                    away.setdefault((here, float(values[j])), {})[j] = None
+                break
+
+
+def _leave(away: dict[tuple[int, float], dict[int, None]], rank: int, cost: float, item: int) -> None:
+    away.get((rank, float(cost)), {}).pop(item, None)
