@@ -164,7 +164,8 @@ class StepEncoder:
         pixels = self._fetcher.fetch_images(hashes)
         inputs = []
         for content_hash, expected, array in zip(hashes, rows, pixels, strict=True):
-            prepared = self.encoder.preprocess(np.asarray(array))
+            array = np.asarray(array)  # store reads may be read-only views; processors want to own them
+            prepared = self.encoder.preprocess(array if array.flags.writeable else array.copy())
             if prepared.num_tokens != expected:
                 raise EncoderError(
                     self.encoder.name,
