@@ -8,10 +8,13 @@ import sys
 import time
 
 from vlrl.bench.registry import BENCHMARKS
+from vlrl.bench.summary import headline_rows, table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", nargs="?", choices=sorted(BENCHMARKS), help="benchmark to run")
+    parser.add_argument(
+        "name", nargs="?", choices=[*sorted(BENCHMARKS), "all"], help="benchmark to run ('all': every one, then a summary table)"
+    )
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     parser.add_argument("--json", action="store_true", help="end the output with one line of JSON")
     parser.add_argument(
@@ -27,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
         for bench in BENCHMARKS.values():
             print(f"{bench.name:<10} {bench.summary}")
         return 0 if args.list else 2
+    if args.name == "all":
+        return run_all(args)
     started = time.perf_counter()
     result = BENCHMARKS[args.name].load()(args.size)
     result = {"benchmark": args.name, "size": args.size, **result, "wall_s": round(time.perf_counter() - started, 2)}
@@ -35,6 +40,31 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         print(json.dumps(result, sort_keys=False))
     return 0
+
+
+def run_all(args: argparse.Namespace) -> int:
+    """Every benchmark in turn (a failure is reported and the rest still run), then the table."""
+    started = time.perf_counter()
+    results: dict[str, dict] = {}
+    failed: dict[str, str] = {}
+    rows = []
+    for name, bench in BENCHMARKS.items():
+        print(f"== {name}: {bench.summary}", flush=True)
+        began = time.perf_counter()
+        try:
+            results[name] = {**bench.load()(args.size), "wall_s": round(time.perf_counter() - began, 2)}
+        except Exception as error:  # one broken benchmark must not hide the others' figures
+            failed[name] = f"{type(error).__name__}: {error}"
+            print(f"   failed: {failed[name]}", flush=True)
+            continue
+        rows += headline_rows(name, results[name])
+    print()
+    print(table(rows))
+    if args.json:
+        summary = {f"{name}.{key}": value for name, key, value, _ in rows}
+        print(json.dumps({"benchmark": "all", "size": args.size, "summary": summary, "failed": failed,
+                          "results": results, "wall_s": round(time.perf_counter() - started, 2)}))  # fmt: skip
+    return 1 if failed else 0
 
 
 def print_figures(result: dict, indent: str = "") -> None:

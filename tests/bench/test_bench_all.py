@@ -1,0 +1,42 @@
+"""``vlrl bench all``: every benchmark runs, failures are reported without hiding the others,
+and the summary table lists each one's ratios against its baseline."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+
+from vlrl.bench import runner
+from vlrl.bench.registry import BENCHMARKS, Benchmark
+from vlrl.bench.summary import HEADLINES
+
+
+class _Broken(Benchmark):
+    def load(self):
+        return importlib.import_module(self.module).broken
+
+
+def test_all_runs_every_benchmark_and_tabulates_headlines(monkeypatch, capsys):
+    monkeypatch.setattr(runner, "BENCHMARKS", {
+        "pack": Benchmark("pack", "planner", "tests.bench.fake_benches"),
+        "store": _Broken("store", "store", "tests.bench.fake_benches"),
+    })  # fmt: skip
+    code = runner.run(argparse.Namespace(name="all", list=False, json=True, size="small"))
+    out = capsys.readouterr().out
+    assert code == 1  # one benchmark failed
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["failed"] == {"store": "RuntimeError: no room on this machine"}
+    assert summary["summary"] == {"pack.imbalance_planner": 1.01, "pack.imbalance_kk": 1.2}
+    assert summary["results"]["pack"]["size_seen"] == "small"
+    assert re.search(r"pack\s+imbalance_planner\s+1.01\s+costliest DP rank", out)
+
+
+def test_every_headline_names_a_figure_its_benchmark_reports():
+    assert set(HEADLINES) == set(BENCHMARKS)
+    for name, headlines in HEADLINES.items():
+        source = importlib.util.find_spec(BENCHMARKS[name].module).loader.get_source(BENCHMARKS[name].module)
+        for pattern, _ in headlines:
+            literal = max(pattern.split("*"), key=len)
+            assert literal in source, f"{name}: no figure like {pattern!r} in {BENCHMARKS[name].module}"

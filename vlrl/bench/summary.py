@@ -1,0 +1,81 @@
+"""``vlrl bench all``: every benchmark in turn, then one table of the ratios that matter.
+
+Each benchmark measures vlrl's way and a naive baseline side by side; ``HEADLINES`` names, per
+benchmark, the figures that compare them (glob patterns over dotted keys of its result, so a
+per-backend or per-layout figure is found wherever it nests) and what each is measured against.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from typing import Any
+
+HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
+    "store": (
+        ("*projection_ratio", "bytes of one field / whole row (lower is better)"),
+        ("*range_ratio", "bytes of a token range / whole row (lower is better)"),
+    ),
+    "pool": (
+        ("actors_pool", "Ray actors, pool"),
+        ("actors_per_rollout", "Ray actors, one per rollout (baseline)"),
+        ("throughput_ratio", "pool episodes/s / per-rollout actors"),
+        ("thread_offload_ratio", "threads / blocking the event loop"),
+    ),
+    "delta": (
+        ("full_over_delta_T*", "full-resend bytes / delta bytes at T turns"),
+        ("delta_over_bound", "delta bytes / every image once (1.0 is exact)"),
+        ("rollout_speedup", "rollout time, full resend / delta"),
+    ),
+    "driver": (("driver_mem_ratio", "driver memory, gathering payloads / metadata only"),),
+    "pack": (
+        ("imbalance_planner", "costliest DP rank / mean (1.0 is perfect)"),
+        ("imbalance_kk", "the same for plain Karmarkar-Karp"),
+        ("cp_fetch_ratio_cp*", "bytes fetched for a CP window / whole rows (ideal 1/CP)"),
+        ("tp_copy_ratio_cp*", "shared copy / one copy per TP rank (ideal 1/TP)"),
+    ),
+    "encode": (
+        ("imbalance_planner", "encoder load max/mean, planner"),
+        ("imbalance_contiguous", "the same, Vision-DP contiguous bin-packing"),
+        ("imbalance_token_owner", "the same, encode where the tokens land"),
+        ("fetch_ratio", "pixel bytes per rank / fetch-all (ideal 1/world)"),
+        ("a2a_over_allgather", "embedding bytes, all-to-all / all-gather"),
+        ("dedup_saving", "encoder work saved by encoding repeats once"),
+    ),
+    "train": (
+        ("*speedup_vs_single*", "tokens/s of the layout / single process"),
+        ("*mem_vs_single*", "peak memory of the layout / single process"),
+    ),
+}
+
+
+def flatten(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested figures as ``{"a.b.c": value}``."""
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def headline_rows(name: str, result: Mapping[str, Any]) -> list[tuple[str, str, Any, str]]:
+    """``(benchmark, figure, value, against what)`` for every headline figure found in ``result``."""
+    flat = flatten(result)
+    rows = []
+    for pattern, meaning in HEADLINES.get(name, ()):
+        for key in sorted(k for k in flat if fnmatch.fnmatchcase(k, pattern)):
+            if isinstance(flat[key], (int, float)):
+                rows.append((name, key, flat[key], meaning))
+    return rows
+
+
+def table(rows: list[tuple[str, str, Any, str]]) -> str:
+    """A fixed-width table of headline rows."""
+    lines = [f"{'benchmark':<10} {'figure':<40} {'value':>10}  against", "-" * 100]
+    for name, key, value, meaning in rows:
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        lines.append(f"{name:<10} {key:<40} {shown:>10}  {meaning}")
+    return "\n".join(lines)
