@@ -23,7 +23,7 @@ MICRO_BATCH_TOKENS = 160  # several micro-batches per rank, sequences packed tog
 
 def trainer_config(model_path) -> Trainer.Config:
     return Trainer.Config(
-        model_path=str(model_path), dtype="float64", loss=LOSS, encode_chunk_tokens=64,
+        model_path=str(model_path), dtype="float64", loss=LOSS, encode_chunk_tokens=64, lr=1e-3, max_grad_norm=0.5,
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=MICRO_BATCH_TOKENS),
     )  # fmt: skip
 
@@ -45,7 +45,9 @@ def _rank_main(rank: int, world: int, layouts, model_path: str, work_file: str, 
                     grad = grad.full_tensor()
                 if grad is not None:
                     grads[name] = grad.detach().clone()
-            results[shape] = (metrics, grads)
+            trainer.apply_gradients()  # clipping and AdamW over DTensor and plain parameters
+            weights = trainer.full_weights()
+            results[shape] = (metrics, grads, weights)
             trainer.close()
     finally:
         dist.destroy_process_group()
@@ -67,36 +69,44 @@ def _run(tmp_path, world: int, layouts, model_path, work):
 @pytest.fixture(scope="module")
 def reference(tiny_path):
     work = make_workload(tiny_path)
-    loss, grads = reference_step(tiny_path, work, LOSS)
-    return work, loss, grads
+    config = trainer_config(tiny_path)
+    loss, grads, weights = reference_step(
+        tiny_path, work, LOSS, lr=config.lr, betas=config.betas, max_grad_norm=config.max_grad_norm
+    )
+    return work, loss, grads, weights
 
 
-def _assert_matches(shape, metrics, grads, reference_loss, reference_grads):
+def _assert_matches(shape, result, reference_loss, reference_grads, reference_weights):
+    metrics, grads, weights = result
     assert metrics["loss"] == pytest.approx(reference_loss, rel=1e-9, abs=1e-12), shape
     assert set(grads) == set(reference_grads), (shape, set(reference_grads) ^ set(grads))
     for name, want in reference_grads.items():
         torch.testing.assert_close(grads[name], want, rtol=1e-7, atol=1e-10, msg=lambda m: f"{shape} {name}: {m}")
+    # After clipping and one AdamW step (lr 1e-3): Adam's first update is lr * g / (|g| + eps), so
+    # gradients near eps carry float noise into the weights at ~1e-9; a wrong step is ~1e-3 off.
+    for name, want in reference_weights.items():
+        torch.testing.assert_close(weights[name], want, rtol=1e-7, atol=1e-8, msg=lambda m: f"{shape} {name}: {m}")
 
 
 @pytest.mark.slow
 def test_two_rank_layouts_match_single_process(tiny_path, reference, tmp_path):
-    work, loss, grads = reference
+    work, *want = reference
     layouts = [(2, 1, 1), (1, 2, 1), (1, 1, 2)]
     results = _run(tmp_path, 2, layouts, tiny_path, work)
     for shape in layouts:
-        _assert_matches(shape, *results[shape], loss, grads)
+        _assert_matches(shape, results[shape], *want)
 
 
 @pytest.mark.slow
 def test_four_rank_layouts_match_single_process(tiny_path, reference, tmp_path):
-    work, loss, grads = reference
+    work, *want = reference
     layouts = [(1, 2, 2), (2, 2, 1)]
     results = _run(tmp_path, 4, layouts, tiny_path, work)
     for shape in layouts:
-        _assert_matches(shape, *results[shape], loss, grads)
+        _assert_matches(shape, results[shape], *want)
 
 
 def test_one_rank_matches_single_process(tiny_path, reference, tmp_path):
-    work, loss, grads = reference
+    work, *want = reference
     results = _run(tmp_path, 1, [(1, 1, 1)], tiny_path, work)
-    _assert_matches((1, 1, 1), *results[(1, 1, 1)], loss, grads)
+    _assert_matches((1, 1, 1), results[(1, 1, 1)], *want)

@@ -106,8 +106,11 @@ def reference_token_logprobs(model, processor, tokens: np.ndarray, pixels: list[
     return np.concatenate([[0.0], out.numpy()])
 
 
-def reference_step(model_path, work: Workload, loss_config: PolicyLoss.Config) -> tuple[float, dict[str, torch.Tensor]]:
-    """Loss and every parameter's gradient of one step, each sequence forwarded on its own."""
+def reference_step(
+    model_path, work: Workload, loss_config: PolicyLoss.Config, *, lr: float, betas: tuple[float, float], max_grad_norm: float
+) -> tuple[float, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Loss, every parameter's gradient, and the weights after clipping and one AdamW step, each
+    sequence forwarded on its own."""
     processor = AutoProcessor.from_pretrained(model_path)
     model = Qwen2VLForConditionalGeneration.from_pretrained(model_path, dtype=torch.float64)
     loss_fn = loss_config.build()
@@ -133,7 +136,11 @@ def reference_step(model_path, work: Workload, loss_config: PolicyLoss.Config) -
         total = total + out.loss
     total.backward()
     grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
-    return total.item(), grads
+    params = [p for p in model.parameters() if p.grad is not None]
+    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=0.0).step()
+    weights = {name: value.detach().clone() for name, value in model.state_dict().items()}
+    return total.item(), grads, weights
 
 
 __all__ = ["PIXELS_FIELD", "Workload", "make_workload", "reference_step"]

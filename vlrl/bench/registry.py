@@ -51,5 +51,10 @@ BENCHMARKS: dict[str, Benchmark] = {
             "encoder placement: planner + lazy fetch + all-to-all vs token-owner, Vision-DP and vLLM all-gathers",
             "vlrl.bench.encode_bench",
         ),
+        Benchmark(
+            "train",
+            "trainer tokens/s and peak memory per DP x CP x TP layout vs the single-process step (gloo, CPU)",
+            "vlrl.bench.train_bench",
+        ),
     ]
 }

@@ -25,17 +25,23 @@ class HostConfig:
     """Run blocking calls on threads; False runs them on the event loop (only to measure what threads buy)."""
 
     cpus: Annotated[float, Ge(0)] = 0.0
-    """Ray logical CPUs each host reserves (0 lets hosts share CPUs; raise it to spread hosts over nodes)."""
+    """Ray logical CPUs each host reserves (0 lets hosts share a node's CPUs)."""
 
     @property
     def max_concurrency(self) -> int:
         """Ray concurrent calls per host: every tenant plus headroom for control calls."""
         return self.max_tenants + 16
 
-    def start(self, host_class: type, name: str, *args: Any) -> Any:
-        """Start one host actor of ``host_class`` with these explicit limits, spread over nodes."""
+    def start(self, host_class: type, name: str, slot: int, *args: Any) -> Any:
+        """Start the host of pool slot ``slot`` (its first constructor argument) with these explicit
+        limits. Slots go round-robin over the cluster's alive nodes (soft affinity: a full or dead
+        node falls back to any other), so a pool spreads over nodes whatever its hosts reserve,
+        and a replaced host returns to its slot's node."""
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        nodes = sorted(node["NodeID"] for node in ray.nodes() if node["Alive"])
+        strategy = NodeAffinitySchedulingStrategy(nodes[slot % len(nodes)], soft=True) if len(nodes) > 1 else "SPREAD"
         return (
             ray.remote(host_class)
             .options(
@@ -43,7 +49,7 @@ class HostConfig:
                 namespace="vlrl",
                 num_cpus=self.cpus,
                 max_concurrency=self.max_concurrency,
-                scheduling_strategy="SPREAD",
+                scheduling_strategy=strategy,
             )
-            .remote(*args)
+            .remote(slot, *args)
         )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -177,6 +177,8 @@ class StepEncoder:
 
     def _forward(self, inputs: list[EncoderInput], items: list[MMItemMeta]) -> torch.Tensor:
         batch = self.encoder.collate(inputs)
+        device = self._device()
+        batch = replace(batch, pixel_values=batch.pixel_values.to(device), grid_thw=batch.grid_thw.to(device))
         out = self.encoder(batch)
         expected = sum(batch.num_tokens)
         if out.ndim != 2 or out.shape[0] != expected or out.shape[1] != self.encoder.hidden_size:
@@ -193,7 +195,11 @@ class StepEncoder:
         param = next(self.encoder.parameters(), None)
         dtype = param.dtype if param is not None else torch.float32
         trainable = torch.is_grad_enabled() and any(p.requires_grad for p in self.encoder.parameters())
-        return torch.zeros(0, self.encoder.hidden_size, dtype=dtype, requires_grad=trainable)
+        return torch.zeros(0, self.encoder.hidden_size, dtype=dtype, device=self._device(), requires_grad=trainable)
+
+    def _device(self) -> torch.device:
+        param = next(self.encoder.parameters(), None)
+        return param.device if param is not None else torch.device("cpu")
 
 
 def _chunks(plan: EncodePlan, rank: int, chunk_tokens: int) -> list[list[int]]:

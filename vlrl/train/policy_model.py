@@ -90,6 +90,7 @@ class PolicyModel(nn.Module):
             for module in [*self.lm.layers, self.lm.embed_tokens, self.lm.norm, self.model.lm_head]:
                 fully_shard(module, mesh=parallel.dp_cp_mesh, reshard_after_forward=False)
                 module.set_gradient_divide_factor(1.0)  # CP and DP shares of one global loss add up
+                module.set_force_sum_reduction_for_comms(True)  # SUM, not PREMUL_SUM(1.0): gloo has no PREMUL_SUM
         self._parallel = parallel
 
     def _apply_tp(self, tp_mesh) -> None:

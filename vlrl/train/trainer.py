@@ -80,8 +80,9 @@ class Trainer:
     def __init__(self, config: Trainer.Config, *, store: Any, layout: Layout, encoder: VisionEncoder | None = None) -> None:
         self.config = config
         self.store = store
-        self.parallel = Parallel.init(layout)
-        self.model = PolicyModel.load(config.model_path, dtype=DTYPES[config.dtype], encoder=encoder)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        self.parallel = Parallel.init(layout, self.device.type)
+        self.model = PolicyModel.load(config.model_path, dtype=DTYPES[config.dtype], encoder=encoder).to(self.device)
         self.model.parallelize(self.parallel)
         self.loss_fn = config.loss.build()
         self.planner = config.micro_batches.build()
@@ -106,10 +107,7 @@ class Trainer:
         metrics are the same on every rank. Collective."""
         start = time.perf_counter()
         metrics = self.forward_backward(metas)
-        metrics["grad_norm"] = self._clip_gradients()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.step_count += 1
+        metrics["grad_norm"] = self.apply_gradients()
         metrics["step"] = self.step_count
         metrics["step_s"] = time.perf_counter() - start
         metrics["tokens_per_s"] = metrics["real_tokens"] / metrics["step_s"]
@@ -163,16 +161,12 @@ class Trainer:
                 f"rank {self.parallel.rank}: received {image_rows.shape[0]} image embedding rows for"
                 f" {len(inputs.image_index)} image-token positions"
             )
-        mask = PackedMask.build(inputs.positions, inputs.segment_ids, self.parallel.cp_group)
+        mask = PackedMask.build(inputs.positions, inputs.segment_ids, self.parallel.cp_group, self.device)
+        as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(self.device)  # noqa: E731
         logits = self.model(
-            torch.from_numpy(inputs.token_ids),
-            torch.from_numpy(inputs.mrope),
-            mask,
-            image_rows,
-            torch.from_numpy(inputs.image_index),
+            as_tensor(inputs.token_ids), as_tensor(inputs.mrope), mask, image_rows, as_tensor(inputs.image_index)
         )  # (S, V)
-        logprobs, entropy = token_logprobs_and_entropy(logits, torch.from_numpy(inputs.target_ids))
-        as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+        logprobs, entropy = token_logprobs_and_entropy(logits, as_tensor(inputs.target_ids))
         return self.loss_fn(
             logprobs,
             old_logprobs=as_tensor(inputs.old_logprobs),
@@ -202,10 +196,19 @@ class Trainer:
         if bad.item():
             raise NonFiniteLossError(loss.item(), where if not torch.isfinite(loss).all() else f"another rank (seen at {where})")
 
+    def apply_gradients(self) -> float:
+        """Clip by the global gradient norm, take the optimizer step, clear the gradients; returns
+        the norm before clipping."""
+        norm = self._clip_gradients()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step_count += 1
+        return norm
+
     def _clip_gradients(self) -> float:
         backbone = [p.grad for p in self.model.backbone_parameters() if p.grad is not None]
         encoder = [p.grad for p in self.model.encoder_parameters() if p.grad is not None]
-        squared = torch.zeros((), dtype=torch.float64)
+        squared = torch.zeros((), dtype=torch.float64, device=self.device)
         if backbone:
             norm = torch.nn.utils.get_total_norm(backbone)
             norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
@@ -215,8 +218,10 @@ class Trainer:
         total = squared.sqrt()
         if not torch.isfinite(total):
             raise NonFiniteLossError(total.item(), f"gradient norm after step {self.step_count} (rank {self.parallel.rank})")
-        params = [p for p in [*self.model.backbone_parameters(), *self.model.encoder_parameters()] if p.grad is not None]
-        torch.nn.utils.clip_grads_with_norm_(params, self.config.max_grad_norm, total)
+        for group in (self.model.backbone_parameters(), self.model.encoder_parameters()):  # DTensor and plain apart
+            params = [p for p in group if p.grad is not None]
+            if params:
+                torch.nn.utils.clip_grads_with_norm_(params, self.config.max_grad_norm, total)
         return float(total)
 
     def _reduce(self, sums: Mapping[str, torch.Tensor]) -> dict[str, float]:
@@ -243,7 +248,7 @@ class Trainer:
         weights = {}
         for name, value in self.model.full_state_dict():
             if self.parallel.is_logger:
-                weights[name] = value.clone()
+                weights[name] = value.to("cpu", copy=True)
         return weights if self.parallel.is_logger else None
 
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:

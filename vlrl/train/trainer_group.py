@@ -2,7 +2,7 @@
 
 Each ``TrainerWorker`` is one rank: it sets the ``torch.distributed`` environment variables that
 ``torchrun`` would set (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) and calls
-``init_distributed``, so the same ``Trainer`` code runs under ``torchrun`` (``vlrl.train.launch``)
+``init_distributed``, so the same ``Trainer`` code runs under ``torchrun``
 or under Ray. Gloo on CPU, NCCL when the worker has a GPU. The driver only sends ``SeqMeta``
 lists and gets metrics back; payloads go store -> packer -> rank, and weights go from rank 0 to
 the engines through the Ray object store (``push_weights``): no file is written.
@@ -23,7 +23,8 @@ from vlrl.train.trainer import Trainer
 
 
 def init_distributed(timeout_s: float = 600.0) -> None:
-    """``init_process_group`` from the ``torchrun`` environment variables: NCCL with a GPU, else gloo."""
+    """``init_process_group`` from the ``torchrun`` environment variables: NCCL (plus gloo for CPU
+    tensors) with a GPU, else gloo."""
     from datetime import timedelta
 
     import torch
@@ -31,9 +32,10 @@ def init_distributed(timeout_s: float = 600.0) -> None:
 
     if dist.is_initialized():
         return
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
+    backend = "gloo"
+    if torch.cuda.is_available():  # NCCL for CUDA tensors; gloo still carries the few CPU ones
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        backend = "cpu:gloo,cuda:nccl"
     dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=timeout_s))
 
 
