@@ -12,6 +12,7 @@ from vlrl.pack.layout import Layout
 from vlrl.pack.plan import MicroBatch, Plan, imbalance
 from vlrl.pack.planner import MicroBatchPlanner
 from vlrl.bench.pack_bench import draw_lengths
+from tests import records
 from vlrl.store.records import SeqMeta
 
 PAD = ("<pad>", -1)
@@ -43,20 +44,7 @@ def check_plan(plan: Plan, keys: list[str], lengths: list[int], budget: int, dp:
 
 
 def seq_meta(key: str, num_tokens: int) -> SeqMeta:
-    return SeqMeta(
-        key=key,
-        group_id="g",
-        source="s",
-        sample_index=0,
-        reward=0.0,
-        success=False,
-        finish="done",
-        turns=1,
-        num_tokens=num_tokens,
-        num_response_tokens=1,
-        context_lengths=(num_tokens,),
-        policy_version=0,
-    )
+    return records.seq_meta(key, num_tokens, num_response_tokens=1)
 
 
 CASES = [  # (n sequences, dp, budget, seed)

@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from encoders.protocol import EncoderError
+from tests.records import seq_meta
 from encoders.qwen2vl import Qwen2VLEncoder
 from vlrl.mm import PatchRule, store_image
 from vlrl.pack import Layout, MicroBatchPlanner, cut_window
@@ -75,10 +76,9 @@ def make_step(store, seed: int = 0) -> list[SeqMeta]:
                 "loss_mask": mask,
                 "advantages": np.zeros(length, np.float32),
             })  # fmt: skip
-            metas.append(SeqMeta(
-                key=key, group_id=f"g{g}", source="desktop", sample_index=member, reward=0.0, success=False,
-                finish="done", turns=3, num_tokens=length, num_response_tokens=5, context_lengths=(length,),
-                policy_version=0, images=tuple(shots), image_offsets=tuple(offsets),
+            metas.append(seq_meta(
+                key, length, group_id=f"g{g}", sample_index=member, turns=3, num_response_tokens=5,
+                images=tuple(shots), image_offsets=tuple(offsets),
             ))  # fmt: skip
     return metas
 

@@ -11,6 +11,7 @@ import torch
 from vlrl.mm import MMItemMeta, image_store_key
 from vlrl.pack.layout import Layout
 from vlrl.pack.plan import MicroBatch
+from tests.records import seq_meta
 from vlrl.store.records import SeqMeta
 from vlrl.train.mrope import sequence_mrope, window_mrope
 
@@ -34,22 +35,7 @@ def _image(name: str, grid: tuple[int, int, int] | None = None) -> MMItemMeta:
 
 
 def _seq(key: str, num_tokens: int, images=(), image_offsets=()) -> SeqMeta:
-    return SeqMeta(
-        key=key,
-        group_id="g",
-        source="test",
-        sample_index=0,
-        reward=0.0,
-        success=False,
-        finish="done",
-        turns=1,
-        num_tokens=num_tokens,
-        num_response_tokens=0,
-        context_lengths=(num_tokens,),
-        policy_version=0,
-        images=tuple(images),
-        image_offsets=tuple(image_offsets),
-    )
+    return seq_meta(key, num_tokens, images=tuple(images), image_offsets=tuple(image_offsets))
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
+from tests.records import seq_meta
 from vlrl.mm import PIXELS_FIELD, store_image
 from vlrl.rollout.tiny_model import patch_rule_of
 from vlrl.store import LocalStore
@@ -79,10 +80,9 @@ def make_workload(model_path, *, groups: int = 2, members: int = 3, seed: int = 
                 "loss_mask": mask,
                 "advantages": np.where(mask, rng.normal(0, 1), 0).astype(np.float32),
             }
-            metas.append(SeqMeta(
-                key=key, group_id=f"g{g}", source="desktop", sample_index=m, reward=0.0, success=False,
-                finish="done", turns=2, num_tokens=len(ids), num_response_tokens=int(mask.sum()),
-                context_lengths=(len(ids),), policy_version=0, images=tuple(shots), image_offsets=tuple(offsets),
+            metas.append(seq_meta(
+                key, len(ids), group_id=f"g{g}", sample_index=m, turns=2, num_response_tokens=int(mask.sum()),
+                images=tuple(shots), image_offsets=tuple(offsets),
             ))  # fmt: skip
     return Workload(metas, rows, images)
 
