@@ -1,4 +1,4 @@
-"""The ``vlrl`` command: ``train``, ``rollout``, ``serve`` and ``bench``.
+"""The ``vlrl`` command: ``train``, ``rollout``, ``serve``, ``bench`` and ``plot``.
 
 Cheap to import on purpose: torch and ray come in with the components a recipe builds, and the
 bench runner only when ``vlrl bench`` runs, so ``vlrl --help`` answers at once. A bad recipe or
@@ -47,12 +47,19 @@ def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
         "Load a recipe (a Python function returning the run's config), apply --set overrides,\n"
         "validate, then build the job and run it.",
         "examples:\n"
+        "  vlrl train examples/train_click.py\n"
+        "  vlrl train examples/train_click.py --resume\n"
         "  vlrl train path/to/recipe.py --print-config\n"
-        "  vlrl train path/to/recipe.py:small --set optim.lr=1e-6 --set store=RayStore",
+        "  vlrl train path/to/recipe.py:small --set trainer.trainer.lr=1e-4 --set store=RayStore",
     )
     _add_recipe_arguments(train)
     train.add_argument(
         "--print-config", action="store_true", help="print the validated config, each field with its documentation, and exit"
+    )
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in the recipe's run_dir from its last checkpoint (the same as --set resume=true)",
     )
     train.set_defaults(handler=_run_recipe)
 
@@ -113,6 +120,18 @@ def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
     )
     serve.set_defaults(handler=_serve)
 
+    plot = _add_command(
+        commands,
+        "plot",
+        "plot a training run",
+        "Write the PNG plots of a run folder (reward, pass rate, episode length, entropy, throughput,\n"
+        "an overview, and the annotated evaluation episodes) into RUN_DIR/plots, from its metrics.jsonl.\n"
+        "Works on a finished, interrupted or running run.",
+        "examples:\n  vlrl plot runs/train_click",
+    )
+    plot.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (a training recipe's run_dir)")
+    plot.set_defaults(handler=_plot)
+
     bench = _add_command(
         commands, "bench", "run a benchmark", "Run one benchmark and print its figures."
     )
@@ -150,7 +169,10 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_recipe(args: argparse.Namespace) -> int:
-    cfg = load_recipe(args.recipe, args.overrides)
+    overrides = list(args.overrides)
+    if getattr(args, "resume", False):
+        overrides.append("resume=true")
+    cfg = load_recipe(args.recipe, overrides)
     if args.print_config:
         print(render(cfg), end="")
         return 0
@@ -161,6 +183,20 @@ def _run_recipe(args: argparse.Namespace) -> int:
     if not callable(getattr(job, "run", None)):
         return _fail(f"{args.recipe}: {name}.build() returned {type(job).__qualname__}, which has no run()")
     job.run()
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    if not os.path.isdir(args.run_dir):
+        return _fail(f"{args.run_dir}: not a run folder")
+    from vlrl.job.plots import plot_run
+
+    try:
+        written = plot_run(args.run_dir)
+    except FileNotFoundError as error:
+        return _fail(str(error))
+    for path in written:
+        print(path)
     return 0
 
 

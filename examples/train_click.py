@@ -1,0 +1,120 @@
+"""Train a GUI agent end to end: the tiny Qwen2-VL learns to click the named button.
+
+    vlrl train examples/train_click.py                # the README's main job (2 CPU cores, < 15 min)
+    vlrl train examples/train_click.py:small          # a 2-step smoke run (CI)
+    vlrl train examples/train_click.py:mixed          # desktop + browser sources, per-source batch shares
+    vlrl train examples/train_click.py --resume       # continue an interrupted run from its last checkpoint
+    vlrl plot runs/train_click                        # the plots and annotated episodes, on demand
+
+The policy is an untrained tiny Qwen2-VL (hidden size 64, 2 layers; built offline, random
+weights). A supervised warm start on oracle demonstrations teaches it the reply format and a first
+notion of where buttons are; GRPO then trains it on its own rollouts: groups of 8 episodes per
+task, pass-rate sampling, group-relative advantages, one optimizer step and one weight push per
+batch. The task is the simplest desktop family, click-target, at 160x120 with no decoy buttons
+(one button in a window at a random place on a random-coloured desktop): the policy must find it
+in the screenshot and click inside it; clicking the window's close box fails the episode.
+"""
+
+from vlrl.control.driver import Driver
+from vlrl.control.group_hook import GroupHook
+from vlrl.job.demos import WarmStart
+from vlrl.job.evaluate import Evaluation
+from vlrl.job.train_job import TinyModel, TrainJob
+from vlrl.pack import MicroBatchPlanner
+from vlrl.pool import HarnessPool, HostBudget
+from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
+from vlrl.rollout.engine import EmbeddedEngine
+from vlrl.train.loss import PolicyLoss
+from vlrl.train.trainer import Trainer
+from vlrl.train.trainer_group import TrainerGroup
+
+
+def click_source(**overrides) -> DataSource:
+    """click-target on a 160x120 desktop without decoys: one turn, one click."""
+    return DataSource(
+        name="desktop-click",
+        codebase="desktop",
+        agent=AgentBehaviour(max_turns=1, max_tokens=40, temperature=1.0),
+        env=EnvSettings(width=160, height=120, tasks=["click-target"], params={"distractors": 0}),
+        group_size=8,
+        **overrides,
+    )
+
+
+def recipe() -> TrainJob.Config:
+    """The main job: warm start on 512 demonstrations, then GRPO."""
+    return TrainJob.Config(
+        run_dir="runs/train_click",
+        tiny=TinyModel(rope_theta=10.0),
+        engine=EmbeddedEngine.Config(model_path="tiny", cpus=0, max_batch=32, torch_threads=2),
+        pool=HarnessPool.Config(budget=HostBudget(total_hosts=3, shares={"loop": 1, "desktop": 2})),
+        sources=[click_source()],
+        driver=Driver.Config(
+            groups_per_batch=8, max_staleness=1, max_groups_in_flight=16, prefetch_batches=1, hook=GroupHook.Config()
+        ),
+        trainer=TrainerGroup.Config(
+            cpus_per_worker=1,
+            trainer=Trainer.Config(
+                model_path="tiny",
+                lr=1e-3,
+                loss=PolicyLoss.Config(kind="grpo"),
+                micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=512),
+            ),
+        ),
+        warm_start=WarmStart(episodes=512, steps=250, sequences_per_step=32, lr=1e-2, point_grid=7),
+        steps=50,
+        eval=Evaluation(episodes=200, every=10),
+        checkpoint_every=10,
+    )
+
+
+def small() -> TrainJob.Config:
+    """A smoke run of every stage at CI size: 2 warm-start steps, 2 RL steps."""
+    config = recipe()
+    config.run_dir = "runs/train_click_small"
+    config.warm_start = WarmStart(episodes=16, steps=2, sequences_per_step=8, lr=1e-2, point_grid=7)
+    config.sources[0].group_size = 4
+    config.driver.groups_per_batch = 2
+    config.driver.hook.sampler.include_min = True  # an untrained policy fails everything: keep such groups
+    config.driver.hook.drop_zero_advantage = False
+    config.steps = 2
+    config.eval = Evaluation(episodes=4, every=1, screenshots=1)
+    config.checkpoint_every = 1
+    return config
+
+
+def mixed() -> TrainJob.Config:
+    """Two harness codebases in one run: desktop click-target and the browser form-fill app, each
+    in its own env pool (budget shares) and with its share of every batch (batch shares 3:1)."""
+    config = recipe()
+    config.run_dir = "runs/train_mixed"
+    config.trainer.trainer.micro_batches.max_tokens_per_micro_batch = 2048  # 320x240 pages, 2 turns
+    config.pool.budget = HostBudget(total_hosts=4, shares={"loop": 1, "desktop": 2, "browser": 1})
+    config.sources[0].batch_share = 3
+    config.sources.append(
+        DataSource(
+            name="web-forms",
+            codebase="browser",
+            agent=AgentBehaviour(max_turns=2, max_tokens=40),
+            env=EnvSettings(tasks=["form-fill"]),
+            group_size=4,
+            batch_share=1,
+        )
+    )
+    return config
+
+
+def mixed_small() -> TrainJob.Config:
+    """``mixed`` at CI size: 2 RL steps of 4 groups (3 desktop, 1 browser), a 1-step warm start."""
+    config = mixed()
+    config.run_dir = "runs/train_mixed_small"
+    config.warm_start = WarmStart(episodes=2, steps=1, sequences_per_step=4, lr=1e-2, point_grid=7)
+    for source in config.sources:
+        source.group_size = 2
+    config.driver.groups_per_batch = 4
+    config.driver.hook.sampler.include_min = True
+    config.driver.hook.drop_zero_advantage = False
+    config.steps = 2
+    config.eval = Evaluation(episodes=2, every=0, screenshots=1, chance=False)
+    config.checkpoint_every = 0
+    return config

@@ -1,0 +1,100 @@
+"""Oracle demonstrations become training sequences like the Agent Loop's, with the reply as the
+only loss tokens; episodes whose written replies no longer succeed are dropped."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from harnesses.desktop import DesktopHarness
+from vlrl.job.demos import DemoEpisode
+from vlrl.mm import PIXELS_FIELD
+from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
+from vlrl.rollout.agent_loop import LoopRuntime
+from vlrl.rollout.parsers import PARSERS
+from vlrl.rollout.tiny_model import patch_rule_of
+from vlrl.store import LocalStore
+
+
+class _Env:
+    """The env session a tenant gets, over a local harness."""
+
+    def __init__(self, harness) -> None:
+        self.harness = harness
+
+    async def reset(self, *, seed=None, options=None):
+        return self.harness.reset(seed=seed, options=options)
+
+    async def step(self, action):
+        return self.harness.step(action)
+
+    async def oracle(self):
+        return self.harness.oracle()
+
+
+class _Context:
+    def __init__(self, runtime, harness) -> None:
+        self.shared = {"runtime": runtime}
+        self.harness = harness
+
+    async def to_thread(self, fn, *args):
+        return fn(*args)
+
+    async def open_env(self):
+        return _Env(self.harness)
+
+
+def _source(tasks, max_turns=4, **env) -> DataSource:
+    return DataSource(
+        name="demo-src",
+        agent=AgentBehaviour(max_turns=max_turns, max_tokens=40),
+        env=EnvSettings(width=160, height=120, tasks=tasks, params=env),
+    )
+
+
+@pytest.fixture()
+def runtime(processor):
+    return LoopRuntime(client=None, tokenizer=processor.tokenizer, patch_rule=patch_rule_of(processor), store=LocalStore())
+
+
+def _run(runtime, source, seed, grid=7):
+    harness = DesktopHarness(**source.env.as_kwargs())
+    return asyncio.run(DemoEpisode(source, seed=seed, point_grid=grid).run(_Context(runtime, harness)))
+
+
+def test_a_demonstration_is_one_sequence_whose_loss_tokens_are_the_written_reply(runtime, processor):
+    source = _source(["click-target"], distractors=0)
+    result = _run(runtime, source, seed=3)
+    assert result.reason == ""
+    (meta,) = result.metas
+    assert meta.success and meta.reward == 1.0 and meta.turns == 1 and meta.finish == "done"
+    row = runtime.store.get([meta.key])[meta.key]
+    mask = row["loss_mask"]
+    assert mask.sum() == meta.num_response_tokens and mask[-meta.num_response_tokens:].all()
+    written = processor.tokenizer.decode(row["token_ids"][mask].tolist())
+    assert written.startswith('<tool_call>{"name": "computer_use"') and written.endswith("</tool_call><|im_end|>")
+    reply = processor.tokenizer.decode(row["token_ids"][mask].tolist(), skip_special_tokens=True)  # as the loop decodes
+    assert row["token_ids"][-1] == processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert not row["logprobs"].any() and not row["advantages"].any()
+    numbers = [int(n) for n in reply.split("[")[1].split("]")[0].split(",")]
+    assert all(n % 7 == 0 for n in numbers)  # the point grid
+    (item,) = meta.images
+    assert runtime.store.get([item.store_key], fields=[PIXELS_FIELD])[item.store_key][PIXELS_FIELD].shape == (120, 160, 3)
+    screen = runtime.screen_map(160, 120)
+    assert PARSERS["qwen25vl"].parse(reply, screen).kind == "click"
+
+
+def test_multi_turn_demonstrations_carry_every_turn(runtime):
+    source = _source(["type-field"], max_turns=6)
+    result = _run(runtime, source, seed=5, grid=1)
+    (meta,) = result.metas
+    assert meta.success and meta.turns >= 2
+    assert len(meta.context_lengths) == meta.turns and len(meta.image_offsets) == meta.turns
+
+
+def test_an_episode_the_written_replies_do_not_solve_is_dropped(runtime):
+    source = _source(["click-target"], max_turns=1, distractors=0)
+    result = _run(runtime, source, seed=3, grid=200)  # points rounded to 0: the click misses
+    assert result.metas == () and "did not succeed" in result.reason
+    assert runtime.store.stats().keys == 0

@@ -1,0 +1,66 @@
+"""The training job end to end at CI size (examples/train_click.py): warm start, RL steps with
+weight sync, held-out evaluation, the run folder, the JSON summary; resume; and two harness
+codebases in one run with their batch shares."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vlrl.config import load_recipe
+from vlrl.job.metrics_log import read_metrics
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+RECIPE = Path(__file__).resolve().parents[2] / "examples" / "train_click.py"
+SUMMARY_KEYS = {"success_first", "success_warm_start", "success_last", "success_chance", "steps", "wall_s"}
+
+
+def _run(spec: str, run_dir: Path, *overrides: str) -> dict:
+    return load_recipe(f"{RECIPE}:{spec}", [f"run_dir={run_dir}", *overrides]).build().run()
+
+
+def test_the_small_recipe_trains_end_to_end_then_resumes(ray_session, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    summary = _run("small", run_dir)
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert SUMMARY_KEYS <= set(printed) and printed["steps"] == summary["steps"] == 2
+    assert summary["store_keys_left"] == 0
+    assert summary["groups"]["trained"] == 4 and summary["groups"]["pending"] == 0
+    for name in ("reward", "pass_rate", "episode_length", "entropy", "throughput", "overview", "episodes"):
+        assert (run_dir / "plots" / f"{name}.png").stat().st_size > 0
+    records = read_metrics(run_dir)
+    phases = [r["phase"] for r in records]
+    assert phases.count("warm-start") == 3  # the demonstrations record and 2 optimizer steps
+    rl = [r for r in records if r["phase"] == "rl"]
+    assert [r["step"] for r in rl] == [1, 2] and [r["policy_version"] for r in rl] == [2, 3]
+    assert all(r["batch/desktop-click/groups"] == 2 and r["train/tokens_per_s"] > 0 for r in rl)
+    tags = [r["tag"] for r in records if r["phase"] == "eval"]
+    assert tags == ["chance", "base", "warm", "step1", "final"]
+    assert sorted(p.name.split("-")[0] for p in (run_dir / "episodes").glob("*.png")) == ["base", "final", "warm"]
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+    state = json.loads((run_dir / "checkpoints" / "step-000002" / "state.json").read_text())
+    assert state["step"] == 2 and state["version"] == 3 and state["generated"] >= 4
+    assert not (run_dir / "checkpoints" / "step-000001").exists()  # only the last RL checkpoint is kept
+
+    resumed = _run("small", run_dir, "steps=3", "resume=true")
+    assert resumed["steps"] == 3 and resumed["success_first"] == summary["success_first"]
+    records = read_metrics(run_dir)
+    assert [r["phase"] for r in records].count("warm-start") == 3  # no second warm start
+    assert [r["step"] for r in records if r["phase"] == "rl"] == [1, 2, 3]
+    assert [r["policy_version"] for r in records if r["phase"] == "rl"][-1] == 4
+    assert resumed["store_keys_left"] == 0
+
+
+def test_two_harness_codebases_in_one_run_keep_their_pools_and_batch_shares(ray_session, tmp_path):
+    run_dir = tmp_path / "mixed"
+    summary = _run("mixed_small", run_dir)
+    assert summary["steps"] == 2 and summary["store_keys_left"] == 0
+    assert set(summary["sources"]) == {"desktop-click", "web-forms"}
+    rl = [r for r in read_metrics(run_dir) if r["phase"] == "rl"]
+    for record in rl:  # 4 groups per batch at shares 3:1
+        assert record["batch/desktop-click/groups"] == 3 and record["batch/web-forms/groups"] == 1
+    assert sum(r["rollout/web-forms/episodes"] for r in rl) >= 2
+    assert sum(r["rollout/desktop-click/episodes"] for r in rl) >= 6

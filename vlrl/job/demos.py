@@ -1,0 +1,130 @@
+"""Oracle demonstrations as training sequences, for the optional supervised warm start.
+
+A ``DemoEpisode`` is a tenant of the Harness Pool like an Agent Loop, and builds its sequence
+the same way (same chat format, same screenshots, same ``Trajectory`` split into payload and
+``SeqMeta``), except that each answer is the harness oracle's action written as the reply the
+policy should give (``action_text``), not a sample. The reply is parsed back and the parsed
+action is what the harness runs, so a demonstration is exactly what the policy would have done
+had it written that text. Only episodes that end in success are kept; their loss mask covers the
+demonstrated reply tokens, and their rollout logprobs and advantages are zero (the ``sft`` loss
+reads neither).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import numpy as np
+
+from vlrl.config import Ge, Gt
+from vlrl.job.action_text import demo_reply
+from vlrl.pool.sources import DataSource
+from vlrl.pool.tenant import TenantContext
+from vlrl.rollout.agent_loop import LoopRuntime
+from vlrl.rollout.chat import ChatTurn
+from vlrl.rollout.client import ContextImage
+from vlrl.rollout.protocol import GenerateResult
+from vlrl.rollout.trajectory import Trajectory
+from vlrl.store.records import SeqMeta
+
+DEMO_SEED_BASE = 500_000
+"""Demonstrations use task seeds from here on; training groups start at 0, evaluation at
+``Evaluation.Config.seed``: the three never meet."""
+
+
+@dataclass(kw_only=True, slots=True)
+class WarmStart:
+    """Supervised warm start on harness oracle demonstrations (loss kind ``sft``), before RL."""
+
+    episodes: Annotated[int, Ge(1)] = 256
+    """Oracle episodes per data source; failed or unwritable ones are dropped."""
+
+    steps: Annotated[int, Ge(1)] = 100
+    """Optimizer steps of the warm start."""
+
+    sequences_per_step: Annotated[int, Ge(1)] = 32
+    """Demonstration sequences per step, drawn without replacement within an epoch."""
+
+    lr: Annotated[float, Gt(0)] = 3e-3
+    """AdamW learning rate of the warm start (the RL stage keeps its own)."""
+
+    point_grid: Annotated[int, Ge(1)] = 7
+    """Demonstrated points are rounded to multiples of this many pixels of the model's image (1:
+    exact), so that each coordinate is one token of the tiny model's tokenizer."""
+
+    seed: Annotated[int, Ge(0)] = DEMO_SEED_BASE
+    """Task seed of the first demonstration."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemoResult:
+    metas: tuple[SeqMeta, ...] = ()
+    reason: str = ""
+    """Why the episode gave no demonstration ('' when it did)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemoEpisode:
+    """One oracle episode on ``source``'s harness, written to the store as training sequences."""
+
+    source: DataSource
+    seed: int
+    point_grid: int = 1
+    sample_index: int = 0
+
+    async def run(self, ctx: TenantContext) -> DemoResult:
+        runtime: LoopRuntime = ctx.shared["runtime"]
+        agent = self.source.agent
+        chat = runtime.chat_for(agent)
+        trajectory_id = f"demo/{self.source.name}/{self.seed}"
+        env = await ctx.open_env()
+        obs, info = await env.reset(seed=self.seed)
+        trajectory = Trajectory(trajectory_id)
+        turns: list[ChatTurn] = []
+        images: list[ContextImage] = []
+        text, reward, success = obs.goal or "", 0.0, False
+        for turn in range(agent.max_turns):
+            action = await env.oracle()
+            if action is None:
+                return DemoResult(reason="the harness has no oracle")
+            screen = runtime.screen_map(obs.width, obs.height)
+            try:
+                reply, parsed = demo_reply(action, agent.action_format, screen, grid=self.point_grid)
+            except ValueError as error:  # UnwritableAction or ParseError
+                return DemoResult(reason=f"{action.kind} not writable: {error}"[:120])
+            images.append(await ctx.to_thread(ContextImage.of, obs.screenshot))
+            turns.append(ChatTurn(text, (images[-1].width, images[-1].height)))
+            shown = 0 if agent.history_images is None else max(0, len(turns) - agent.history_images)
+            context = await ctx.to_thread(lambda: chat.context(turns, images_from=shown))
+            trajectory.set_context(context, images[shown:])
+            ids = [int(t) for t in runtime.tokenizer.encode(reply, add_special_tokens=False)] + [chat.stop_token_ids[0]]
+            zeros = np.zeros(len(ids), np.float32)
+            trajectory.add_generated(GenerateResult(f"{trajectory_id}#{turn}", np.asarray(ids, np.int32), zeros, "stop", 0, 0, 0))
+            turns[-1].answer = ids
+            obs, step_reward, terminated, truncated, info = await env.step(parsed)
+            reward += step_reward
+            text = ""
+            if terminated or truncated:
+                success = bool(info.get("success", step_reward > 0))
+                break
+        if not success:
+            return DemoResult(reason="the demonstrated episode did not succeed")
+
+        def write() -> tuple[SeqMeta, ...]:
+            metas = trajectory.finish(
+                runtime.store,
+                key=f"seq/{trajectory_id}",
+                group_id=trajectory_id,
+                source=self.source.name,
+                sample_index=self.sample_index,
+                reward=reward,
+                success=True,
+                finish="done",
+                patch_rule=runtime.patch_rule,
+            )
+            for meta in metas:  # the packer reads advantages of every sequence; sft ignores them
+                runtime.store.add_fields(meta.key, {"advantages": np.zeros(meta.num_tokens, np.float32)})
+            return tuple(metas)
+
+        return DemoResult(metas=await ctx.to_thread(write))

@@ -1,0 +1,91 @@
+"""What a training step reports about its rollouts, read on metadata only.
+
+``RolloutMeter`` stands between the driver and the Harness Pool (the driver calls only
+``run``): it counts every finished training episode, accepted by the sampler or not, so the pass
+rate it reports is that of all rollouts, not only of the groups that made it into a batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+from vlrl.control.driver import Batch, DriverBook
+from vlrl.pool.harness_pool import HarnessPool
+from vlrl.pool.tenant import Tenant, TenantOutcome
+from vlrl.store.records import SeqMeta
+
+
+class RolloutMeter:
+    """A ``HarnessPool`` front that tallies finished episodes by source between two ``take`` calls."""
+
+    def __init__(self, pool: HarnessPool) -> None:
+        self.pool = pool
+        self._since = time.perf_counter()
+        self._tally: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+
+    @property
+    def book(self) -> Any:
+        return self.pool.book
+
+    async def run(self, tenant: Tenant, **kwargs: Any) -> TenantOutcome:
+        outcome = await self.pool.run(tenant, **kwargs)
+        if outcome.status == "ok" and outcome.value:
+            self._record(outcome.value)
+        else:
+            source = getattr(getattr(tenant, "source", None), "name", "?")
+            self._tally[source]["failed"] += 1
+        return outcome
+
+    def _record(self, metas: list[SeqMeta]) -> None:
+        t = self._tally[metas[0].source]
+        t["episodes"] += 1
+        t["success"] += metas[0].success
+        t["reward"] += metas[0].reward
+        t["turns"] += sum(m.turns for m in metas)
+        t["response_tokens"] += sum(m.num_response_tokens for m in metas)
+
+    def take(self) -> dict[str, float]:
+        """Figures of the episodes finished since the last call: overall and per source."""
+        now = time.perf_counter()
+        elapsed, self._since = now - self._since, now
+        tally, self._tally = self._tally, defaultdict(lambda: defaultdict(float))
+        total: dict[str, float] = defaultdict(float)
+        out: dict[str, float] = {}
+        for name, t in sorted(tally.items()):
+            for key, value in t.items():
+                total[key] += value
+            out[f"rollout/{name}/episodes"] = t["episodes"]
+            if t["episodes"]:
+                out[f"rollout/{name}/pass_rate"] = t["success"] / t["episodes"]
+                out[f"rollout/{name}/reward"] = t["reward"] / t["episodes"]
+        out["rollout/episodes"] = total["episodes"]
+        out["rollout/failed"] = total["failed"]
+        out["rollout/tokens_per_s"] = total["response_tokens"] / max(elapsed, 1e-9)
+        if total["episodes"]:  # (with prefetch, a step may find every episode already counted)
+            n = total["episodes"]
+            for key in ("reward", "turns", "response_tokens"):
+                out[f"rollout/{key}"] = total[key] / n
+            out["rollout/pass_rate"] = total["success"] / n
+        return out
+
+
+def batch_metrics(batch: Batch, version: int) -> dict[str, float]:
+    """The trained batch: groups and sequences per source (the batch shares), reward, staleness."""
+    sequences = batch.sequences
+    out: dict[str, float] = {
+        "batch/groups": len(batch.groups),
+        "batch/sequences": len(sequences),
+        "batch/tokens": sum(m.num_tokens for m in sequences),
+        "batch/reward": sum(m.reward for m in sequences) / max(len(sequences), 1),
+        "batch/staleness": sum(version - g.policy_version for g in batch.groups) / max(len(batch.groups), 1),
+    }
+    for name, groups in batch.per_source().items():
+        out[f"batch/{name}/groups"] = groups
+    return out
+
+
+def book_metrics(book: DriverBook) -> dict[str, float]:
+    """The driver's group books since the run started."""
+    return {f"groups/{k}": v for k, v in book.report().items() if k != "reasons"}

@@ -1,0 +1,551 @@
+"""``vlrl train``: the end-to-end job. Harness Pool -> Agent Loops -> store -> driver -> packer ->
+encoder path -> trainer -> weight sync, step after step, on one machine or a Ray cluster.
+
+One RL step, as ``TrainJob._rl`` runs it::
+
+    batch   <- driver.next_batch(version)        rollouts until every source has its share
+    metrics <- trainer.step(batch.sequences)      ranks fetch their rows and pixels from the store
+    driver.consumed(batch)                        the batch's keys are deleted
+    trainer.push_weights(engines, version + 1)    through the Ray object store
+    log, maybe evaluate, maybe checkpoint
+
+Before it, optionally, a supervised warm start (``WarmStart``): oracle demonstrations of every
+source become training sequences in the store and a trainer with the ``sft`` loss fits them; its
+checkpoint is where the RL stage starts. Held-out evaluations (``Evaluation``) run before
+anything (``success_first``), after the warm start and every ``eval.every`` steps; the last one
+gives ``success_last``. The run folder holds ``metrics.jsonl``, TensorBoard events, checkpoints,
+annotated episode pictures and plots; ``resume=True`` (``vlrl train RECIPE --resume``)
+continues from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+from vlrl.config import ConfigError, Ge, NonEmpty
+from vlrl.control.driver import Driver
+from vlrl.job.action_text import FORMATS
+from vlrl.job.demos import DemoEpisode, WarmStart
+from vlrl.job.evaluate import Annotator, EvalResult, Evaluation, chance, evaluate
+from vlrl.job.meters import RolloutMeter, batch_metrics, book_metrics
+from vlrl.job.metrics_log import METRICS_FILE, TB_DIR, MetricsLog, read_metrics
+from vlrl.job.plots import EPISODES_DIR, PLOTS_DIR
+from vlrl.job.progress import Progress
+from vlrl.pool.harness_pool import HarnessPool
+from vlrl.pool.ray_runtime import RayRuntime
+from vlrl.pool.sources import DataSource, check_sources_have_pools
+from vlrl.rollout.client import InferenceClient
+from vlrl.rollout.engine import EmbeddedEngine
+from vlrl.rollout.loop_setup import LoopSetup
+from vlrl.store.ray_store import RayStore
+from vlrl.store.records import SeqMeta
+from vlrl.store.transferqueue_store import TransferQueueStore
+from vlrl.train.loss import PolicyLoss
+from vlrl.train.trainer_group import TrainerGroup
+
+TINY = "tiny"
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "state.json"
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass(kw_only=True, slots=True)
+class TinyModel:
+    """How ``model_path='tiny'`` is built: an untrained tiny Qwen2-VL, offline (``rollout.tiny_model``)."""
+
+    seed: Annotated[int, Ge(0)] = 0
+    """Seed of the random initial weights."""
+
+    min_pixels: Annotated[int, Ge(28 * 28)] = 56 * 56
+    """Smallest image area the processor resizes a screenshot to."""
+
+    max_pixels: Annotated[int, Ge(28 * 28)] = 224 * 224
+    """Largest image area the processor resizes a screenshot to (fewer image tokens below it)."""
+
+    rope_theta: float | None = None
+    """Base of the language model's M-RoPE, or None for the tiny model's own (1e6, Qwen2-VL's).
+    With its head size of 16, a base of 1e6 turns the width section of M-RoPE by about 1e-4 rad
+    per column, so the LLM cannot tell image columns apart; a small base (10) gives every section
+    angles of order 0.1-1 rad per position. The weights are random either way."""
+
+    def build(self, path: Path) -> Path:
+        from vlrl.rollout.tiny_model import build_tiny_qwen2vl
+
+        if path.exists():
+            shutil.rmtree(path)
+        build_tiny_qwen2vl(path, seed=self.seed, min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+        if self.rope_theta is not None:
+            config_file = path / "config.json"
+            config = json.loads(config_file.read_text())
+            config["text_config"]["rope_parameters"]["rope_theta"] = float(self.rope_theta)
+            config_file.write_text(json.dumps(config, indent=2))
+        return path
+
+
+@dataclass(slots=True)
+class RunState:
+    """Where a run stands; written next to every checkpoint (``state.json``) for ``resume``."""
+
+    step: int = 0
+    """RL steps done."""
+    version: int = 0
+    """Weight pushes to the engines so far (the policy version of the next rollouts)."""
+    generated: int = 0
+    """Training groups started so far (their task seeds are not used again after a resume)."""
+    policy: str = ""
+    """Checkpoint folder the RL trainer is built from (the warm start's, or the base model)."""
+    checkpoint: str = ""
+    """Last RL checkpoint, '' before the first."""
+    success: dict[str, float] = field(default_factory=dict)
+    """Held-out success by evaluation tag ('chance', 'base', 'warm', 'step10', ...)."""
+
+
+class TrainJob:
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        """An end-to-end RL run: rollouts on the Harness Pool, training, weight sync, evaluation."""
+
+        ray: RayRuntime = field(default_factory=RayRuntime)
+        """The Ray cluster to run on (a local one by default; ``ray.address`` joins a cluster)."""
+
+        model_path: Annotated[str, NonEmpty()] = TINY
+        """Qwen2-VL checkpoint folder the policy starts from, or 'tiny' to build an untrained tiny one."""
+
+        tiny: TinyModel = field(default_factory=TinyModel)
+        """How the tiny model is built when ``model_path='tiny'``."""
+
+        replicas: Annotated[int, Ge(1)] = 1
+        """Embedded engine replicas serving the Agent Loops."""
+
+        engine: EmbeddedEngine.Config = field(default_factory=lambda: EmbeddedEngine.Config(model_path=TINY, cpus=0))
+        """Engine replica settings (its model_path is replaced by the policy's)."""
+
+        client: InferenceClient.Config = field(default_factory=InferenceClient.Config)
+        """Retries and image shipping of each loop host's inference client."""
+
+        store: RayStore.Config | TransferQueueStore.Config = field(default_factory=RayStore.Config)
+        """Where trajectory payloads go (every trainer rank reads from it too)."""
+
+        pool: HarnessPool.Config = field(default_factory=HarnessPool.Config)
+        """Host budget and limits of the Harness Pool."""
+
+        sources: list[DataSource] = field(default_factory=lambda: [DataSource()])
+        """Data sources; each needs an env pool (a budget share) for its codebase."""
+
+        driver: Driver.Config = field(default_factory=Driver.Config)
+        """Batch shares, staleness, rollout concurrency and the accept-time hook."""
+
+        trainer: TrainerGroup.Config = field(
+            default_factory=lambda: TrainerGroup.Config(trainer=_trainer_defaults())
+        )
+        """Trainer ranks (DP x CP x TP) and the RL update (its model_path is replaced by the policy's)."""
+
+        steps: Annotated[int, Ge(0)] = 20
+        """RL steps (one optimizer step and one weight push each)."""
+
+        eval: Evaluation = field(default_factory=Evaluation)
+        """Held-out evaluation."""
+
+        warm_start: WarmStart | None = None
+        """Supervised warm start on oracle demonstrations before RL, or None to start RL from the model."""
+
+        checkpoint_every: Annotated[int, Ge(0)] = 10
+        """RL steps between checkpoints (0: only at the end); the last one is kept."""
+
+        run_dir: Annotated[str, NonEmpty()] = "runs/train"
+        """Folder of the run's metrics, TensorBoard events, checkpoints, episode pictures and plots."""
+
+        resume: bool = False
+        """Continue the run in ``run_dir`` from its last checkpoint (else the folder starts afresh)."""
+
+        seed: Annotated[int, Ge(0)] = 0
+        """Task seed of the first training group of each source."""
+
+        progress: Progress.Config = field(default_factory=Progress.Config)
+        """The status line on stderr."""
+
+        tensorboard: bool = True
+        """Also write TensorBoard events (needs the tensorboard package; JSONL is always written)."""
+
+        plots: bool = True
+        """Write the PNG plots at the end (``vlrl plot RUN_DIR`` writes them on demand)."""
+
+        def check(self) -> None:
+            check_sources_have_pools(self.sources, self.pool.budget.shares)
+            try:
+                self.driver.quotas(self.sources)
+            except ConfigError as error:
+                raise error.under("driver") from None
+            if self.warm_start is not None:
+                for i, source in enumerate(self.sources):
+                    if source.agent.action_format not in FORMATS:
+                        raise ConfigError(
+                            f"sources[{i}].agent.action_format",
+                            source.agent.action_format,
+                            f"a format demonstrations can be written in, one of {FORMATS} (or warm_start=None)",
+                        )
+
+        def build(self) -> TrainJob:
+            return TrainJob(self)
+
+    def __init__(self, config: TrainJob.Config) -> None:
+        self.config = config
+
+    def run(self) -> dict[str, Any]:
+        """Run to the last step; prints the JSON summary as the last line of stdout and returns it."""
+        import ray
+
+        config = self.config
+        started = time.perf_counter()
+        started_ray = config.ray.ensure()
+        try:
+            with _Session(config) as session:
+                summary = asyncio.run(self._main(session, started))
+        finally:
+            if started_ray:
+                ray.shutdown()
+        print(json.dumps(summary), flush=True)
+        return summary
+
+    # -- the stages -------------------------------------------------------------------------
+
+    async def _main(self, s: _Session, started: float) -> dict[str, Any]:
+        config = self.config
+        async with s.progress:
+            state = s.resumed_state() if config.resume else None
+            if state is None:
+                state = RunState(policy=s.model_path)
+                await self._maybe_chance(s, state)
+                await self._evaluate(s, state, "base")
+                if config.warm_start is not None:
+                    await self._warm_start(s, state)
+            await self._rl(s, state)
+            await self._evaluate(s, state, "final")
+        summary = _summary(config, state, s, time.perf_counter() - started)
+        s.log.log(state.step, "summary", summary)
+        (s.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        if config.plots:
+            from vlrl.job.plots import plot_run
+
+            summary["plots"] = [str(p) for p in plot_run(s.run_dir)]
+        return summary
+
+    async def _warm_start(self, s: _Session, state: RunState) -> None:
+        """Fit oracle demonstrations with the sft loss; the RL stage starts from the result."""
+        ws = self.config.warm_start
+        s.progress.set(phase="warm-start")
+        demos = await self._demonstrations(s, ws)
+        group = s.trainer_group(s.model_path, lr=ws.lr, loss=PolicyLoss.Config(kind="sft"))
+        try:
+            order: list[SeqMeta] = []
+            rng = random.Random(ws.seed)
+            per_step = min(ws.sequences_per_step, len(demos))
+            for step in range(1, ws.steps + 1):
+                if len(order) < per_step:  # a new epoch: every demonstration once, shuffled
+                    order += rng.sample(demos, len(demos))
+                batch, order = order[:per_step], order[per_step:]
+                metrics = await asyncio.to_thread(group.step, batch)
+                s.progress.set(sft_step=step, sft_steps=ws.steps, sft_loss=metrics["loss"], tokens_per_s=metrics["tokens_per_s"])
+                s.log.log(step, "warm-start", {f"train/{k}": v for k, v in metrics.items()})
+                if step % 10 == 0 or step == ws.steps:
+                    s.progress.show()
+            path = s.checkpoint_dir("warm-start")
+            await asyncio.to_thread(group.save, path, {"stage": "warm-start"})
+            state.version += 1
+            await s.push_weights(group, state.version)
+        finally:
+            group.shutdown()
+            s.delete(demos)
+        state.policy = str(path / "hf")
+        s.write_state(path, state)
+        await self._evaluate(s, state, "warm")
+
+    async def _demonstrations(self, s: _Session, ws: WarmStart) -> list[SeqMeta]:
+        jobs = []
+        for source in self.config.sources:
+            for k in range(ws.episodes):
+                episode = DemoEpisode(source, seed=ws.seed + k, point_grid=ws.point_grid)
+                jobs.append((episode, {"codebase": source.codebase, "env_settings": source.env.as_kwargs()}))
+        outcomes = await s.pool.run_many(jobs)
+        demos = [m for o in outcomes if o.status == "ok" for m in o.value.metas]
+        dropped = Counter(o.value.reason if o.status == "ok" else f"{o.status}: {o.error}"[:80] for o in outcomes)
+        dropped.pop("", None)
+        s.log.log(0, "warm-start", {"demos/sequences": len(demos), "demos/episodes": len(jobs), "demos/dropped": dict(dropped)})
+        if not demos:
+            raise RuntimeError(f"warm start: no demonstration succeeded ({dict(dropped)}); set warm_start=None")
+        return demos
+
+    async def _rl(self, s: _Session, state: RunState) -> None:
+        config = self.config
+        if state.step >= config.steps:
+            return
+        s.progress.set(phase="rl", step=state.step)
+        group = s.trainer_group(state.policy)
+        try:
+            if state.checkpoint:
+                await asyncio.to_thread(group.load, state.checkpoint)
+            if state.version > s.engine_version:  # a resumed run: the fresh engines hold the base weights
+                await s.push_weights(group, state.version)
+            seeds_used = state.generated
+            driver = Driver(config.driver, config.sources, s.meter, s.store, seed=config.seed + seeds_used)
+            s.probe(driver)
+            try:
+                while state.step < config.steps:
+                    await self._rl_step(s, state, driver, group)
+                    state.generated = seeds_used + driver.book.generated
+                    if should_checkpoint(state.step, config.checkpoint_every, config.steps):
+                        await self._checkpoint(s, state, group)
+            finally:
+                await driver.close()
+                state.generated = seeds_used + driver.book.generated
+        finally:
+            group.shutdown()
+
+    async def _rl_step(self, s: _Session, state: RunState, driver: Driver, group: TrainerGroup) -> None:
+        t0 = time.perf_counter()
+        batch = await driver.next_batch(state.version)
+        t1 = time.perf_counter()
+        metrics = await asyncio.to_thread(group.step, batch.sequences)
+        driver.consumed(batch)
+        t2 = time.perf_counter()
+        await s.push_weights(group, state.version + 1)
+        state.version += 1
+        state.step += 1
+        t3 = time.perf_counter()
+        record = {
+            **{f"train/{k}": v for k, v in metrics.items()},
+            **s.meter.take(),
+            **batch_metrics(batch, state.version - 1),
+            **book_metrics(driver.book),
+            **s.store_metrics(),
+            "policy_version": state.version,
+            "time/rollout_wait_s": t1 - t0,
+            "time/train_s": t2 - t1,
+            "time/weight_sync_s": t3 - t2,
+            "time/step_s": t3 - t0,
+        }
+        s.log.log(state.step, "rl", record)
+        s.progress.set(step=state.step, tokens_per_s=metrics["tokens_per_s"])
+        if "rollout/pass_rate" in record:
+            s.progress.set(pass_rate=record["rollout/pass_rate"])
+        s.progress.show()
+        if should_evaluate(state.step, self.config.eval.every, self.config.steps):
+            await self._evaluate(s, state, f"step{state.step}")
+
+    async def _checkpoint(self, s: _Session, state: RunState, group: TrainerGroup) -> None:
+        """Save the trainer and the run state; the previous RL checkpoint is removed."""
+        path = s.checkpoint_dir(_step_name(state.step))
+        await asyncio.to_thread(group.save, path, {"step": state.step, "version": state.version})
+        previous, state.checkpoint = state.checkpoint, str(path)
+        s.write_state(path, state)
+        if previous and Path(previous).name.startswith("step-") and Path(previous) != path:
+            shutil.rmtree(previous, ignore_errors=True)
+
+    async def _evaluate(self, s: _Session, state: RunState, tag: str) -> EvalResult:
+        config = self.config
+        phase = s.progress.fields["phase"]
+        s.progress.set(phase=f"eval {tag}")
+        pictures = tag in ("base", "warm", "final")
+        result = await evaluate(
+            s.pool, s.store, config.sources, config.eval, tag=tag,
+            annotator=s.annotator if pictures else None, screenshot_dir=s.run_dir / EPISODES_DIR,
+        )  # fmt: skip
+        state.success[tag] = result.success
+        s.log.log(state.step, "eval", {"tag": tag, **result.metrics()})
+        s.progress.set(phase=phase, eval=result.success)
+        s.progress.show()
+        return result
+
+    async def _maybe_chance(self, s: _Session, state: RunState) -> None:
+        if not self.config.eval.chance:
+            return
+        per_source = await chance(s.pool, self.config.sources, self.config.eval)
+        n = {source.name: self.config.eval.episodes for source in self.config.sources}
+        state.success["chance"] = sum(per_source[k] * n[k] for k in per_source) / max(sum(n.values()), 1)
+        s.log.log(0, "eval", {"tag": "chance", "eval/chance": state.success["chance"], **{f"eval/{k}/chance": v for k, v in per_source.items()}})
+
+
+def _trainer_defaults() -> Any:
+    from vlrl.train.trainer import Trainer
+
+    return Trainer.Config(model_path=TINY, loss=PolicyLoss.Config(kind="grpo"))
+
+
+def should_evaluate(step: int, every: int, steps: int) -> bool:
+    """Every ``every`` steps, except the last: the final evaluation follows it anyway."""
+    return bool(every) and step % every == 0 and step < steps
+
+
+def should_checkpoint(step: int, every: int, steps: int) -> bool:
+    """Every ``every`` steps, and after the last."""
+    return step == steps or (bool(every) and step % every == 0)
+
+
+def _step_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def _summary(config: TrainJob.Config, state: RunState, s: _Session, wall_s: float) -> dict[str, Any]:
+    records = read_metrics(s.run_dir)
+    evals = [r for r in records if r.get("phase") == "eval" and "eval/success" in r]
+    first = next((r for r in evals if r.get("tag") == "base"), evals[0] if evals else {})
+    last = evals[-1] if evals else {}
+    warm = [r for r in evals if r.get("tag") == "warm"]
+    per_source = {
+        source.name: {
+            "success_first": first.get(f"eval/{source.name}/success"),
+            "success_last": last.get(f"eval/{source.name}/success"),
+        }
+        for source in config.sources
+    }
+    return {
+        "success_first": first.get("eval/success"),
+        "success_warm_start": warm[-1]["eval/success"] if warm else None,
+        "success_last": last.get("eval/success"),
+        "success_chance": state.success.get("chance", _first(records, "eval/chance")),
+        "steps": state.step,
+        "wall_s": round(wall_s, 1),
+        "sources": per_source,
+        "eval_episodes_per_source": config.eval.episodes,
+        "groups": book_metrics_last(records),
+        "store_keys_left": s.store.stats().keys,
+        "run_dir": str(s.run_dir),
+        "model": config.model_path,
+    }
+
+
+def _first(records: list[dict[str, Any]], key: str) -> Any:
+    return next((r[key] for r in records if key in r), None)
+
+
+def book_metrics_last(records: list[dict[str, Any]]) -> dict[str, Any]:
+    rl = [r for r in records if r.get("phase") == "rl"]
+    return {k.removeprefix("groups/"): v for k, v in rl[-1].items() if k.startswith("groups/")} if rl else {}
+
+
+class _Session:
+    """What a run holds while it lasts: run folder, model, engines, store, pool, logs; all of it
+    is torn down (actors ended, store destroyed) when the ``with`` block ends."""
+
+    def __init__(self, config: TrainJob.Config) -> None:
+        self.config = config
+        self.run_dir = Path(config.run_dir).resolve()
+        self.engine_version = 0
+
+    def __enter__(self) -> _Session:
+        import ray
+        from transformers import AutoProcessor
+
+        from vlrl.rollout.tiny_model import patch_rule_of
+
+        config = self.config
+        if not config.resume:
+            self._clear()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.model_path = self._model()
+        processor = AutoProcessor.from_pretrained(self.model_path)
+        self.annotator = Annotator(processor.tokenizer, patch_rule_of(processor))
+        self.log = MetricsLog(self.run_dir, tensorboard=config.tensorboard)
+        self.progress = Progress(config.progress, total_steps=config.steps)
+        engine_config = replace(config.engine, model_path=self.model_path)
+        self.engines = [engine_config.build() for _ in range(config.replicas)]
+        self.store = config.store.build()
+        try:
+            loop_setup = LoopSetup(self.model_path, tuple(self.engines), self.store, config.client)
+            self.pool = config.pool.build(loop_setup=loop_setup)
+        except BaseException:
+            self._end_engines_and_store(ray)
+            raise
+        self.meter = RolloutMeter(self.pool)
+        self.probe(None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import ray
+
+        try:
+            self.pool.shutdown()
+        finally:
+            self._end_engines_and_store(ray)
+            self.log.close()
+
+    def _end_engines_and_store(self, ray: Any) -> None:
+        for engine in self.engines:
+            ray.kill(engine)
+        self.store.destroy()
+
+    def _clear(self) -> None:
+        """A fresh run: remove what an earlier run in this folder left (only the job's own files)."""
+        for name in (CHECKPOINTS, TB_DIR, EPISODES_DIR, PLOTS_DIR, "model"):
+            shutil.rmtree(self.run_dir / name, ignore_errors=True)
+        for name in (METRICS_FILE, SUMMARY_FILE):
+            (self.run_dir / name).unlink(missing_ok=True)
+
+    def _model(self) -> str:
+        if self.config.model_path != TINY:
+            return self.config.model_path
+        path = self.run_dir / "model"
+        if not (path / "config.json").exists():
+            self.config.tiny.build(path)
+        return str(path)
+
+    # -- trainer, checkpoints, state
+
+    def trainer_group(self, model_path: str, *, lr: float | None = None, loss: PolicyLoss.Config | None = None) -> TrainerGroup:
+        base = self.config.trainer.trainer
+        trainer = replace(base, model_path=model_path, lr=base.lr if lr is None else lr, loss=base.loss if loss is None else loss)
+        return replace(self.config.trainer, trainer=trainer).build(store_config=self.config.store)
+
+    async def push_weights(self, group: TrainerGroup, version: int) -> None:
+        await asyncio.to_thread(group.push_weights, self.engines, version)
+        self.engine_version = version
+
+    def checkpoint_dir(self, name: str) -> Path:
+        path = self.run_dir / CHECKPOINTS / name
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    def write_state(self, path: Path, state: RunState) -> None:
+        """Written last: a checkpoint folder without it is incomplete and never resumed from."""
+        (path / STATE_FILE).write_text(json.dumps({
+            "step": state.step, "version": state.version, "generated": state.generated,
+            "policy": state.policy, "checkpoint": state.checkpoint, "success": state.success,
+        }, indent=2))  # fmt: skip
+
+    def resumed_state(self) -> RunState | None:
+        """The state of the newest complete checkpoint, or None (then the run starts afresh)."""
+        folder = self.run_dir / CHECKPOINTS
+        complete = sorted(p.parent for p in folder.glob(f"*/{STATE_FILE}")) if folder.exists() else []
+        if not complete:
+            return None
+        newest = max(complete, key=lambda p: json.loads((p / STATE_FILE).read_text())["step"] * 2 + p.name.startswith("step-"))
+        data = json.loads((newest / STATE_FILE).read_text())
+        return RunState(**data)
+
+    # -- store and what the progress line shows
+
+    def delete(self, metas: list[SeqMeta]) -> None:
+        self.store.delete([m.key for m in metas], missing_ok=True)
+        self.store.delete(sorted({item.store_key for m in metas for item in m.images}), missing_ok=True)
+
+    def store_metrics(self) -> dict[str, float]:
+        stats = self.store.stats()
+        return {"store/bytes": stats.bytes, "store/keys": stats.keys}
+
+    def probe(self, driver: Driver | None) -> None:
+        def figures() -> dict[str, Any]:
+            stats = self.store.stats()
+            out = {"in_flight": self.pool.book.in_flight, "store_bytes": stats.bytes, "store_keys": stats.keys}
+            if driver is not None:
+                out.update({k: v for k, v in driver.book.report().items() if k != "reasons"})
+            return out
+
+        self.progress.probe = figures
