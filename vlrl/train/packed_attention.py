@@ -9,9 +9,10 @@ live. The backward of the gather is a reduce-scatter (sum): a key's gradient col
 contributions of every CP rank's queries. Padding is its own segment (-1), so every query row
 has at least itself to attend to and no real token attends to padding.
 
-The mask is dense ``(W, cp*W)`` booleans handed to ``scaled_dot_product_attention``: exact on
-CPU and fine for the window sizes a CPU trains; a GPU deployment swaps in a varlen kernel over
-the same (segment, position) description.
+Without CP each segment is a contiguous run of the window and attention runs per run (causal,
+``sum l_i^2`` work). With CP the mask is dense ``(W, cp*W)`` booleans handed to
+``scaled_dot_product_attention``: exact, and fine for the window sizes a CPU trains; a GPU
+deployment swaps in a varlen kernel over the same (segment, position) description.
 """
 
 from __future__ import annotations
@@ -55,11 +56,17 @@ def gather_sequence(x: torch.Tensor, group, dim: int) -> torch.Tensor:
 
 @dataclass(frozen=True, slots=True)
 class PackedMask:
-    """What the attention layers of one micro-batch need; passed as the layers' ``attention_mask``."""
+    """What the attention layers of one micro-batch need; passed as the layers' ``attention_mask``.
 
-    allowed: torch.Tensor
+    Without CP every segment is one contiguous run of the window, so attention runs per run
+    (``runs``: causal, no mask), costing ``sum l_i^2`` instead of ``W^2``. With CP a segment is
+    cut across ranks and the dense ``allowed`` mask over the gathered keys is used."""
+
+    allowed: torch.Tensor | None
     """``(W, cp*W)`` bool: query (this CP window) may attend to key (all CP windows, rank order)."""
     cp_group: Any
+    runs: tuple[tuple[int, int], ...] = ()
+    """Without CP: ``[start, stop)`` of each segment's run in the window (padding is one too)."""
 
     @classmethod
     def build(
@@ -67,6 +74,8 @@ class PackedMask:
     ) -> PackedMask:
         """From this CP rank's window: packed positions (in the micro-batch) and segment ids, ``(W,)``.
         Collective over ``cp_group`` (the keys' positions and segments are gathered)."""
+        if cp_group is None and _runs_are_ordered(positions, segments):
+            return cls(None, None, _runs(segments))
         pos = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=device)
         seg = torch.as_tensor(np.asarray(segments, dtype=np.int64), device=device)
         key_pos, key_seg = pos, seg
@@ -94,14 +103,40 @@ def packed_attention(
     ``(1, kv_heads, W, d)`` of this rank's heads; returns ``(1, W, heads, d)``."""
     if not isinstance(attention_mask, PackedMask):
         raise TypeError(f"{ATTENTION_NAME} attention needs a PackedMask; got {type(attention_mask).__name__}")
+    gqa = query.shape[1] != key.shape[1]
+    if attention_mask.runs:  # one causal attention per segment: (1, heads, l_i, d) each
+        out = torch.cat([
+            F.scaled_dot_product_attention(
+                query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], dropout_p=dropout, scale=scaling,
+                is_causal=True, enable_gqa=gqa,
+            )
+            for a, b in attention_mask.runs
+        ], dim=2)  # fmt: skip
+        return out.transpose(1, 2).contiguous(), None
     if attention_mask.cp_group is not None:
         key = gather_sequence(key, attention_mask.cp_group, dim=2)  # (1, kv_heads, cp*W, d)
         value = gather_sequence(value, attention_mask.cp_group, dim=2)
     out = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask.allowed, dropout_p=dropout, scale=scaling,
-        enable_gqa=query.shape[1] != key.shape[1],
+        query, key, value, attn_mask=attention_mask.allowed, dropout_p=dropout, scale=scaling, enable_gqa=gqa,
     )  # fmt: skip
     return out.transpose(1, 2).contiguous(), None
+
+
+def _runs(segments: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """``[start, stop)`` of each run of equal segment ids."""
+    seg = np.asarray(segments)
+    cuts = np.flatnonzero(np.diff(seg)) + 1
+    bounds = [0, *cuts.tolist(), len(seg)]
+    return tuple((a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a)
+
+
+def _runs_are_ordered(positions: np.ndarray, segments: np.ndarray) -> bool:
+    """Each segment id occurs in one run and positions rise by one along it: the per-run causal
+    attention then equals the masked one."""
+    seg, pos = np.asarray(segments), np.asarray(positions)
+    runs = _runs(seg)
+    ids = [int(seg[a]) for a, _ in runs]
+    return len(set(ids)) == len(ids) and all(np.all(np.diff(pos[a:b]) == 1) for a, b in runs)
 
 
 AttentionInterface.register(ATTENTION_NAME, packed_attention)
