@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
-from vlrl.config import ConfigError, Ge, NonEmpty
+from vlrl.config import ConfigError, Ge, Gt, NonEmpty
 from vlrl.control.driver import Driver
 from vlrl.job.action_text import FORMATS
 from vlrl.job.demos import DemoEpisode, WarmStart
@@ -70,24 +70,20 @@ class TinyModel:
     max_pixels: Annotated[int, Ge(28 * 28)] = 224 * 224
     """Largest image area the processor resizes a screenshot to (fewer image tokens below it)."""
 
-    rope_theta: float | None = None
-    """Base of the language model's M-RoPE, or None for the tiny model's own (1e6, Qwen2-VL's).
-    With its head size of 16, a base of 1e6 turns the width section of M-RoPE by about 1e-4 rad
-    per column, so the LLM cannot tell image columns apart; a small base (10) gives every section
-    angles of order 0.1-1 rad per position. The weights are random either way."""
+    rope_theta: Annotated[float, Gt(0)] = 1e6
+    """Base of the language model's M-RoPE (1e6 is Qwen2-VL's). With the tiny head size of 16, a
+    base of 1e6 turns the width section of M-RoPE by about 1e-4 rad per column, so the LLM cannot
+    tell image columns apart; a small base (10) gives every section angles of order 0.1-1 rad per
+    position. The weights are random either way."""
 
     def build(self, path: Path) -> Path:
         from vlrl.rollout.tiny_model import build_tiny_qwen2vl
 
         if path.exists():
             shutil.rmtree(path)
-        build_tiny_qwen2vl(path, seed=self.seed, min_pixels=self.min_pixels, max_pixels=self.max_pixels)
-        if self.rope_theta is not None:
-            config_file = path / "config.json"
-            config = json.loads(config_file.read_text())
-            config["text_config"]["rope_parameters"]["rope_theta"] = float(self.rope_theta)
-            config_file.write_text(json.dumps(config, indent=2))
-        return path
+        return build_tiny_qwen2vl(
+            path, seed=self.seed, min_pixels=self.min_pixels, max_pixels=self.max_pixels, rope_theta=self.rope_theta
+        )
 
 
 @dataclass(slots=True)

@@ -81,12 +81,16 @@ def build_tiny_qwen2vl(
     vocab_size: int = 1024,
     min_pixels: int = 56 * 56,
     max_pixels: int = 224 * 224,
+    rope_theta: float = 1e6,
 ) -> Path:
     """Write a tiny Qwen2-VL checkpoint (model + processor) to ``path`` and return it.
 
     ``vocab_size`` is the BPE target; the model's vocabulary is the trained tokenizer's size
     (a small corpus may stop short of the target). ``min_pixels``/``max_pixels`` bound the
     resized image as in ``PatchRule``; the defaults map a 320x240 screen to 54 tokens.
+    ``rope_theta`` is the M-RoPE base: Qwen2-VL's 1e6 turns the tiny head's (16 dims) width
+    section by ~1e-4 rad per column, too little to tell image columns apart; a model meant to
+    learn where things are on screen wants a small base (10).
     """
     path = Path(path)
     tokenizer = _train_tokenizer(vocab_size)
@@ -107,7 +111,7 @@ def build_tiny_qwen2vl(
             num_key_value_heads=2,
             max_position_embeddings=4096,
             # The M-RoPE sections (temporal, height, width) must sum to head_dim / 2 = 8.
-            rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
+            rope_parameters={"rope_type": "default", "rope_theta": float(rope_theta), "mrope_section": [2, 3, 3]},
             bos_token_id=token_id("<|endoftext|>"),
             eos_token_id=token_id("<|im_end|>"),
             pad_token_id=token_id("<|endoftext|>"),

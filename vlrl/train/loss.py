@@ -276,21 +276,21 @@ class PolicyLoss:
         loss = (coef * per_token).sum()  # per_token is 0 off the mask: every input went through where
 
         with torch.no_grad():
-            metrics.update(
-                tokens=mask,
-                sequences=1 / n,  # 1/n_t: a sequence's shares, over all ranks, sum to 1
-                pg_loss_sum=pg_term,
-                clipped_low=(adv < 0) & (ratio < 1 - cfg.clip_low),
-                clipped_high=(adv > 0) & (ratio > 1 + cfg.clip_high),
-                approx_kl_sum=log_ratio.exp() - 1 - log_ratio,  # k3 of KL(anchor || pi)
-            )
+            metrics.update(tokens=mask, sequences=1 / n, pg_loss_sum=pg_term)  # 1/n_t: shares sum to 1
+            if cfg.kind != "sft":  # the ratio means nothing against demonstrations
+                metrics.update(
+                    clipped_low=(adv < 0) & (ratio < 1 - cfg.clip_low),
+                    clipped_high=(adv > 0) & (ratio > 1 + cfg.clip_high),
+                    approx_kl_sum=log_ratio.exp() - 1 - log_ratio,  # k3 of KL(anchor || pi)
+                )
             if cfg.dual_clip is not None:
                 metrics["dual_clipped"] = (adv < 0) & (ratio > cfg.dual_clip)
             if cfg.tis_cap is not None:
                 metrics["tis_clipped"] = importance > cfg.tis_cap
                 metrics["tis_weight_sum"] = weight
             out = {name: torch.where(mask, value.detach().double(), 0.0).sum() for name, value in metrics.items()}
-            out["ratio_max"] = torch.where(mask, ratio.detach().double(), 0.0).max()
+            if cfg.kind != "sft":
+                out["ratio_max"] = torch.where(mask, ratio.detach().double(), 0.0).max()
         return LossOutput(loss=loss, metrics=out)
 
     def _check_inputs(self, logprobs: Tensor, **arrays: Tensor | None) -> PolicyLoss.Config:

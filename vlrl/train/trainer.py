@@ -238,7 +238,8 @@ class Trainer:
         for name in ("pg_loss_sum", "approx_kl_sum", "entropy_sum", "opd_kl_sum", "ref_kl_sum"):
             if name in out:
                 out[name.removesuffix("_sum")] = out.pop(name) / tokens
-        out["clip_frac"] = (out.pop("clipped_low", 0.0) + out.pop("clipped_high", 0.0)) / tokens
+        if "clipped_low" in out:
+            out["clip_frac"] = (out.pop("clipped_low") + out.pop("clipped_high")) / tokens
         return out
 
     # ---- weights
