@@ -20,8 +20,10 @@ from vlrl.store.records import SeqMeta
 class RolloutMeter:
     """A ``HarnessPool`` front that tallies finished episodes by source between two ``take`` calls."""
 
-    def __init__(self, pool: HarnessPool) -> None:
+    def __init__(self, pool: HarnessPool, sources: list[str]) -> None:
         self.pool = pool
+        self.sources = list(sources)
+        """Every source gets its figures each step, zero when none of its episodes finished then."""
         self._since = time.perf_counter()
         self._tally: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 
@@ -53,6 +55,8 @@ class RolloutMeter:
         tally, self._tally = self._tally, defaultdict(lambda: defaultdict(float))
         total: dict[str, float] = defaultdict(float)
         out: dict[str, float] = {}
+        for name in self.sources:
+            tally.setdefault(name, defaultdict(float))  # no episode of it in this window: it reports 0
         for name, t in sorted(tally.items()):
             for key, value in t.items():
                 total[key] += value

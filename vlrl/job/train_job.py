@@ -460,7 +460,7 @@ class _Session:
         except BaseException:
             self._end_engines_and_store(ray)
             raise
-        self.meter = RolloutMeter(self.pool)
+        self.meter = RolloutMeter(self.pool, [source.name for source in config.sources])
         self.probe(None)
         return self
 

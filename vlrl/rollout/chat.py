@@ -18,8 +18,11 @@ PROMPT_TEMPLATES = {
         "You are a GUI agent operating a computer from screenshots. Each turn you see the screen "
         "and answer with exactly one action.\n{action_format}"
     ),
+    "gui-agent-short": "You are a GUI agent. Answer with one action.",
 }
-"""System prompts by template name; ``{action_format}`` receives the parser's grammar."""
+"""System prompts by template name; ``{action_format}`` receives the parser's grammar. The short
+one leaves the grammar out: for a policy that learns the action format from demonstrations, where
+the grammar would be most of every sequence's tokens."""
 
 SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
 
