@@ -34,7 +34,7 @@ def click_source(**overrides) -> DataSource:
     return DataSource(
         name="desktop-click",
         codebase="desktop",
-        agent=AgentBehaviour(max_turns=1, max_tokens=40, temperature=1.0),
+        agent=AgentBehaviour(max_turns=1, max_tokens=40, temperature=1.0, prompt_template="gui-agent-short"),
         env=EnvSettings(width=160, height=120, tasks=["click-target"], params={"distractors": 0}),
         group_size=8,
         **overrides,
@@ -58,7 +58,7 @@ def recipe() -> TrainJob.Config:
                 model_path="tiny",
                 lr=1e-3,
                 loss=PolicyLoss.Config(kind="grpo"),
-                micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=512),
+                micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
             ),
         ),
         warm_start=WarmStart(episodes=512, steps=250, sequences_per_step=32, lr=1e-2, point_grid=7),
