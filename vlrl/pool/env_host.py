@@ -97,6 +97,12 @@ class EnvHost:
     async def pid(self) -> int:
         return os.getpid()
 
+    async def node_id(self) -> str:
+        """The Ray node this host runs on (where a pool's hosts landed on a cluster)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     async def shutdown(self) -> None:
         """Close every instance, leased or idle (no orphan browser processes)."""
         everything = list(self._leased.values()) + [i for idle in self._idle.values() for i in idle]

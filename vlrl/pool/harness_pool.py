@@ -106,6 +106,13 @@ class HarnessPool:
     def sizes(self) -> dict[str, int]:
         return {LOOP_POOL: self.loop.size, **{name: pool.size for name, pool in self.envs.items()}}
 
+    def placement(self) -> dict[str, list[str]]:
+        """Per pool, the Ray node of each host slot, in slot order."""
+        import ray
+
+        pools = {LOOP_POOL: self.loop, **self.envs}
+        return {name: ray.get([host.node_id.remote() for host in pool.hosts()]) for name, pool in pools.items()}
+
     async def run(
         self,
         tenant: Tenant,

@@ -55,6 +55,12 @@ class LoopHost:
     async def pid(self) -> int:
         return os.getpid()
 
+    async def node_id(self) -> str:
+        """The Ray node this host runs on (where a pool's hosts landed on a cluster)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     async def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
 

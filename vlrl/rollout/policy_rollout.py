@@ -175,6 +175,7 @@ def _summary(
         "prefill_tokens": sum(s["prefill_tokens"] for s in engine_stats),
         "reused_prefix_tokens": sum(s["reused_prefix_tokens"] for s in engine_stats),
         "pool_sizes": pool.sizes(),
+        "host_nodes": pool.placement(),
         "book": {k: v for k, v in asdict(pool.book).items() if k != "errors"},
         "errors": pool.book.errors[:10],
         "wall_s": round(wall_s, 2),
