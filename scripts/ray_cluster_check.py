@@ -34,6 +34,7 @@ def main(command: list[str]) -> int:
     cluster.add_node(num_cpus=2, object_store_memory=300 * 1024**2)
     cluster.wait_for_nodes()
     try:
+        _wait_until_schedulable(cluster.address)
         job = subprocess.run(
             [*command, "--set", f"ray.address={cluster.address}"], stdout=subprocess.PIPE, text=True, check=False
         )
@@ -45,6 +46,22 @@ def main(command: list[str]) -> int:
     ok = job.returncode == 0 and len(hosts) >= 2
     print(json.dumps({"nodes": len(hosts), "hosts_per_node": dict(hosts), "job_returncode": job.returncode, "ok": ok}))
     return 0 if ok else 1
+
+
+def _wait_until_schedulable(address: str) -> None:
+    """Run a task pinned to each node: a raylet that just joined may not take work yet, and the
+    pool's soft node affinity would then place its hosts elsewhere."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray.init(address=address, log_to_driver=False)
+    try:
+        probe = ray.remote(num_cpus=0)(lambda: ray.get_runtime_context().get_node_id())
+        nodes = [node["NodeID"] for node in ray.nodes() if node["Alive"]]
+        pinned = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes]
+        assert sorted(ray.get(pinned, timeout=120)) == sorted(nodes)
+    finally:
+        ray.shutdown()
 
 
 def _last_json(stdout: str) -> dict:
