@@ -34,14 +34,16 @@ class HostConfig:
 
     def start(self, host_class: type, name: str, slot: int, *args: Any) -> Any:
         """Start the host of pool slot ``slot`` (its first constructor argument) with these explicit
-        limits. Slots go round-robin over the cluster's alive nodes (soft affinity: a full or dead
-        node falls back to any other), so a pool spreads over nodes whatever its hosts reserve,
-        and a replaced host returns to its slot's node."""
+        limits. Slots go round-robin over the cluster's alive nodes, so a pool spreads over nodes
+        and a replaced host returns to its slot's node. A host reserving no CPUs always fits, so
+        it is pinned; one reserving CPUs may fall back to another node when its own is full."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = sorted(node["NodeID"] for node in ray.nodes() if node["Alive"])
-        strategy = NodeAffinitySchedulingStrategy(nodes[slot % len(nodes)], soft=True) if len(nodes) > 1 else "SPREAD"
+        strategy: Any = "SPREAD"
+        if len(nodes) > 1:
+            strategy = NodeAffinitySchedulingStrategy(nodes[slot % len(nodes)], soft=self.cpus > 0)
         return (
             ray.remote(host_class)
             .options(
