@@ -113,3 +113,35 @@ def test_an_error_inside_the_recipe_propagates_unchanged(tmp_path):
     with pytest.raises(RuntimeError, match="recipe bug"):
         load_recipe(str(path))
     assert not [name for name in sys.modules if name.endswith("_broken")]  # no half-imported module left
+
+
+def test_what_a_recipe_defines_unpickles_where_the_recipe_cannot_be_imported(tmp_path):
+    from ray import cloudpickle
+
+    path = tmp_path / "plugin_recipe.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            from dataclasses import dataclass
+
+            class Plugin:
+                def answer(self):
+                    return 42
+
+            @dataclass
+            class Top:
+                plugin: type = Plugin
+
+            def recipe():
+                return Top()
+            """
+        )
+    )
+    config = load_recipe(str(path))
+    payload = cloudpickle.dumps(config.plugin)
+    name = config.plugin.__module__
+    module = sys.modules.pop(name)  # a Ray worker has no such module
+    try:
+        assert cloudpickle.loads(payload)().answer() == 42
+    finally:
+        sys.modules[name] = module

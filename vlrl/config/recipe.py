@@ -2,7 +2,8 @@
 
 ``load_recipe("examples/gui_grpo.py:small", ["optim.lr=1e-6"])`` imports the file by path (it
 need not be in a package), calls ``small()`` (``recipe()`` when no function is named), applies
-the ``--set`` overrides and validates the result. A variant is a function that calls its base
+the ``--set`` overrides and validates the result. Classes and functions the file defines travel
+to Ray actors by value, so a recipe may define its own harness or encoder. A variant is a function that calls its base
 recipe and changes what differs, so the difference between two runs reads as code::
 
     def recipe() -> Trainer.Config:
@@ -78,4 +79,15 @@ def _import_file(path: Path) -> ModuleType:
     except BaseException:
         del sys.modules[name]
         raise
+    _ship_by_value(module)
     return module
+
+
+def _ship_by_value(module: ModuleType) -> None:
+    """What a recipe defines (a harness or encoder class) reaches Ray actors by value: their
+    processes cannot import a recipe file by its generated module name."""
+    try:
+        from ray import cloudpickle
+    except ImportError:  # no Ray, no actors to ship to
+        return
+    cloudpickle.register_pickle_by_value(module)
