@@ -32,13 +32,16 @@ from typing import Annotated, Any
 
 from vlrl.config import ConfigError, Ge, Gt, NonEmpty
 from vlrl.control.driver import Driver
+from vlrl.control.teacher import TeacherScorer
 from vlrl.job.action_text import FORMATS
 from vlrl.job.demos import DemoEpisode, WarmStart
+from vlrl.job.distill import Teacher
 from vlrl.job.evaluate import Annotator, EvalResult, Evaluation, chance, evaluate
 from vlrl.job.meters import RolloutMeter, batch_metrics, book_metrics
 from vlrl.job.metrics_log import METRICS_FILE, TB_DIR, MetricsLog, read_metrics
 from vlrl.job.plots import EPISODES_DIR, PLOTS_DIR
 from vlrl.job.progress import Progress
+from vlrl.job.run_folder import CHECKPOINTS, STATE_FILE, newest_checkpoint
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.ray_runtime import RayRuntime
 from vlrl.pool.sources import DataSource, check_sources_have_pools
@@ -52,8 +55,6 @@ from vlrl.train.loss import PolicyLoss
 from vlrl.train.trainer_group import TrainerGroup
 
 TINY = "tiny"
-CHECKPOINTS = "checkpoints"
-STATE_FILE = "state.json"
 SUMMARY_FILE = "summary.json"
 
 
@@ -153,6 +154,10 @@ class TrainJob:
         warm_start: WarmStart | None = None
         """Supervised warm start on oracle demonstrations before RL, or None to start RL from the model."""
 
+        teacher: Teacher | None = None
+        """On-policy distillation: the teacher checkpoint that scores every rollout of the RL stage
+        (with ``driver.hook.mode='opd'`` or ``trainer.trainer.loss.opd_coef > 0``), or None."""
+
         checkpoint_every: Annotated[int, Ge(0)] = 10
         """RL steps between checkpoints (0: only at the end); the last one is kept."""
 
@@ -180,6 +185,7 @@ class TrainJob:
                 self.driver.quotas(self.sources)
             except ConfigError as error:
                 raise error.under("driver") from None
+            self._check_teacher()
             if self.warm_start is not None:
                 for i, source in enumerate(self.sources):
                     if source.agent.action_format not in FORMATS:
@@ -188,6 +194,22 @@ class TrainJob:
                             source.agent.action_format,
                             f"a format demonstrations can be written in, one of {FORMATS} (or warm_start=None)",
                         )
+
+        def _check_teacher(self) -> None:
+            uses = {
+                "driver.hook.mode": self.driver.hook.mode == "opd",
+                "trainer.trainer.loss.opd_coef": self.trainer.trainer.loss.opd_coef > 0,
+            }
+            if self.teacher is None:
+                for name, used in uses.items():
+                    if used:
+                        raise ConfigError("teacher", None, f"a Teacher checkpoint: {name} needs teacher scores")
+            elif not any(uses.values()):
+                raise ConfigError(
+                    "driver.hook.mode",
+                    self.driver.hook.mode,
+                    "'opd' (or trainer.trainer.loss.opd_coef > 0) when a teacher is given; else teacher=None",
+                )
 
         def build(self) -> TrainJob:
             return TrainJob(self)
@@ -291,7 +313,8 @@ class TrainJob:
             if state.version > s.engine_version:  # a resumed run: the fresh engines hold the base weights
                 await s.push_weights(group, state.version)
             seeds_used = state.generated
-            driver = Driver(config.driver, config.sources, s.meter, s.store, seed=config.seed + seeds_used)
+            grader = None if s.teacher is None else TeacherScorer(s.teacher, s.store)
+            driver = Driver(config.driver, config.sources, s.meter, s.store, grader=grader, seed=config.seed + seeds_used)
             s.probe(driver)
             try:
                 while state.step < config.steps:
@@ -453,8 +476,11 @@ class _Session:
         self.progress = Progress(config.progress, total_steps=config.steps)
         engine_config = replace(config.engine, model_path=self.model_path)
         self.engines = [engine_config.build() for _ in range(config.replicas)]
+        self.teacher = None
         self.store = config.store.build()
         try:
+            if config.teacher is not None:
+                self.teacher = config.teacher.start(self.model_path)
             loop_setup = LoopSetup(self.model_path, tuple(self.engines), self.store, config.client)
             self.pool = config.pool.build(loop_setup=loop_setup)
         except BaseException:
@@ -474,7 +500,7 @@ class _Session:
             self.log.close()
 
     def _end_engines_and_store(self, ray: Any) -> None:
-        for engine in self.engines:
+        for engine in [*self.engines, *([self.teacher] if self.teacher is not None else [])]:
             ray.kill(engine)
         self.store.destroy()
 
@@ -518,13 +544,8 @@ class _Session:
 
     def resumed_state(self) -> RunState | None:
         """The state of the newest complete checkpoint, or None (then the run starts afresh)."""
-        folder = self.run_dir / CHECKPOINTS
-        complete = sorted(p.parent for p in folder.glob(f"*/{STATE_FILE}")) if folder.exists() else []
-        if not complete:
-            return None
-        newest = max(complete, key=lambda p: json.loads((p / STATE_FILE).read_text())["step"] * 2 + p.name.startswith("step-"))
-        data = json.loads((newest / STATE_FILE).read_text())
-        return RunState(**data)
+        newest = newest_checkpoint(self.run_dir)
+        return None if newest is None else RunState(**json.loads((newest / STATE_FILE).read_text()))
 
     # -- store and what the progress line shows
 

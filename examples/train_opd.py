@@ -1,0 +1,53 @@
+"""On-policy distillation (OPD): a fresh student learns click-target from a trained teacher.
+
+    vlrl train examples/train_click.py                        # first: the teacher (runs/train_click)
+    vlrl train examples/train_opd.py                          # then: distil it into a fresh student
+    vlrl train examples/train_opd.py --set teacher.model_path=PATH   # any run folder or hf/ checkpoint
+    vlrl train examples/train_opd.py:small                    # CI size (teacher: train_click.py:small's run)
+
+The student is the main job's tiny Qwen2-VL with other random weights (seed 1) and a short warm
+start (60 steps, where the main job takes 250). In the RL stage it samples its own episodes as
+usual; the teacher (an engine replica of the teacher's checkpoint) scores every finished
+trajectory, screenshots included, and the per-token advantage is the teacher's logprob minus the
+student's (``GroupHook`` mode ``opd``): tokens the teacher would have written become more likely,
+the others less. No reward enters the update; held-out success is still measured by the harness.
+"""
+
+from pathlib import Path
+
+from vlrl.config import load_recipe
+from vlrl.job.demos import WarmStart
+from vlrl.job.distill import Teacher
+from vlrl.job.evaluate import Evaluation
+from vlrl.job.train_job import TrainJob
+from vlrl.rollout.engine import EmbeddedEngine
+
+MAIN_JOB = Path(__file__).with_name("train_click.py")
+
+
+def recipe() -> TrainJob.Config:
+    """Distil the main job's policy (``runs/train_click``) into a student with a short warm start."""
+    config = load_recipe(f"{MAIN_JOB}:recipe")
+    config.run_dir = "runs/train_opd"
+    config.tiny.seed = 1
+    config.warm_start.steps = 60
+    config.teacher = Teacher(
+        model_path="runs/train_click",
+        engine=EmbeddedEngine.Config(model_path="teacher", cpus=0, max_batch=32, torch_threads=1),
+    )
+    config.driver.hook.mode = "opd"
+    config.steps = 30
+    return config
+
+
+def small() -> TrainJob.Config:
+    """2 OPD steps from ``train_click.py:small``'s run (``runs/train_click_small``)."""
+    config = load_recipe(f"{MAIN_JOB}:small")
+    config.run_dir = "runs/train_opd_small"
+    config.tiny.seed = 1
+    config.warm_start = WarmStart(episodes=8, steps=1, sequences_per_step=8, lr=1e-2, point_grid=7)
+    config.teacher = Teacher(model_path="runs/train_click_small")
+    config.driver.hook.mode = "opd"
+    config.eval = Evaluation(episodes=4, every=0, screenshots=1, chance=False)
+    config.checkpoint_every = 0
+    return config
