@@ -11,6 +11,13 @@ usual; the teacher (an engine replica of the teacher's checkpoint) scores every 
 trajectory, screenshots included, and the per-token advantage is the teacher's logprob minus the
 student's (``GroupHook`` mode ``opd``): tokens the teacher would have written become more likely,
 the others less. No reward enters the update; held-out success is still measured by the harness.
+
+Measured on 2 cores (teacher: the main job's run at 0.85 held-out success; 200 held-out
+episodes per point): the student went 0.00 -> 0.14 (warm start) -> 0.165 (step 10) -> 0.145
+(step 30) in 7 min at the recipe's lr 1e-3, and collapsed to 0.00 at lr 5e-3: per-token
+teacher-minus-student advantages are unnormalised, and on this tiny model 30 steps move it
+little. The stage runs end to end (CI checks every trained group was scored by the teacher);
+tuning it to beat GRPO here is open.
 """
 
 from pathlib import Path
