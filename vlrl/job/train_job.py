@@ -46,7 +46,7 @@ from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.ray_runtime import RayRuntime
 from vlrl.pool.sources import DataSource, check_sources_have_pools
 from vlrl.rollout.client import InferenceClient
-from vlrl.rollout.engine import EmbeddedEngine
+from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.store.ray_store import RayStore
 from vlrl.store.records import SeqMeta
@@ -122,8 +122,11 @@ class TrainJob:
         replicas: Annotated[int, Ge(1)] = 1
         """Embedded engine replicas serving the Agent Loops."""
 
-        engine: EmbeddedEngine.Config = field(default_factory=lambda: EmbeddedEngine.Config(model_path=TINY, cpus=0))
-        """Engine replica settings (its model_path is replaced by the policy's)."""
+        engine: EmbeddedEngine.Config | VLLMEngine.Config = field(
+            default_factory=lambda: EmbeddedEngine.Config(model_path=TINY, cpus=0)
+        )
+        """Engine replica settings (its model_path is replaced by the policy's): the embedded Hugging
+        Face engine (CPU or GPU), or vLLM on GPU nodes (``examples/train_click_vllm.py``)."""
 
         client: InferenceClient.Config = field(default_factory=InferenceClient.Config)
         """Retries and image shipping of each loop host's inference client."""

@@ -1,0 +1,339 @@
+"""``VLLMEngine``: one vLLM replica (GPU) as a Ray actor with the same interface as ``EmbeddedEngine``.
+
+The actor runs vLLM's in-process async engine (``AsyncLLM``; its engine core and GPU workers are
+vLLM's own subprocesses) and speaks ``vlrl.rollout.protocol``: token ids in, the exact sampled
+ids and their raw-policy logprobs out, images by content hash with exact ``CacheMiss`` answers,
+``score`` from prompt logprobs, versioned ``update_weights``. The translations live in
+``vllm_inputs`` (no vLLM import); this module imports vLLM only inside the actor, so configs,
+recipes and the driver work on machines without it.
+
+Weight updates keep ``EmbeddedEngine``'s semantics: requests already running finish on the old
+weights and carry the old version; new requests wait, then run on the new weights. The update
+itself: cast and stage the state dict as one safetensors file under ``weights_dir`` (tmpfs on the
+engine's node), ``collective_rpc`` every vLLM worker to load it (``vllm_worker.WeightLoader``),
+then drop vLLM's prefix and encoder caches, whose keys and values depend on the weights. The
+pixel cache survives: pixels do not depend on the weights.
+
+vLLM's prefix cache is content-addressed (token and image hashes), so a trajectory's next turn
+reuses its KV blocks without being tracked per trajectory, and ``forget`` has nothing to drop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import ray
+import torch
+
+from vlrl.config import ConfigError, Ge, Gt, Le, NonEmpty
+from vlrl.rollout.engine.vllm_inputs import (
+    PixelCache,
+    checked_prompt,
+    checkpoint_weights,
+    generate_result,
+    prompt_inputs,
+    resolve_images,
+    sampling_kwargs,
+    score_kwargs,
+    score_result,
+)
+from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
+
+MISSING_VLLM = "VLLMEngine needs vLLM, which is not installed here: pip install 'vlrl[vllm]' on a CUDA machine"
+
+WORKER_EXTENSION = "vlrl.rollout.engine.vllm_worker.WeightLoader"
+
+
+def require_vllm() -> None:
+    """Raise ``ImportError`` with the install hint when vLLM cannot be imported."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as error:
+        raise ImportError(MISSING_VLLM) from error
+
+
+class VLLMEngine:
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        """A vLLM engine replica on GPUs: the training job's inference backend on GPU nodes."""
+
+        model_path: Annotated[str, NonEmpty()]
+        """Local folder of a Qwen2-VL checkpoint (model and processor, as ``save_pretrained`` writes them)."""
+
+        tensor_parallel_size: Annotated[int, Ge(1)] = 1
+        """GPUs one replica shards the model over (vLLM's own worker processes, on the actor's node)."""
+
+        gpus: Annotated[float, Gt(0)] = 1.0
+        """Ray GPUs the actor reserves; vLLM runs on them. Exactly tensor_parallel_size when that is
+        above 1; a fraction (with a matching gpu_memory_utilization) shares one GPU."""
+
+        cpus: Annotated[float, Ge(0)] = 1.0
+        """Ray logical CPUs the actor reserves."""
+
+        gpu_memory_utilization: Annotated[float, Gt(0), Le(1)] = 0.85
+        """Share of each GPU's memory vLLM may take (weights, activations, KV cache)."""
+
+        max_model_len: Annotated[int, Ge(16)] | None = None
+        """Longest context (prompt plus answer) in tokens; None: the checkpoint's own limit."""
+
+        dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+        """Weights and activations dtype ('auto': the checkpoint's). Pushed weights are cast to it."""
+
+        max_num_seqs: Annotated[int, Ge(1)] = 256
+        """Requests vLLM decodes together; more wait in its queue."""
+
+        max_images_per_prompt: Annotated[int, Ge(1)] = 8
+        """Images one prompt may hold (vLLM's ``limit_mm_per_prompt``; its memory profile plans for it)."""
+
+        enforce_eager: bool = False
+        """Skip CUDA graphs (slower decode, faster start, less memory)."""
+
+        enable_prefix_caching: bool = True
+        """Reuse KV blocks of shared prefixes (a trajectory's earlier turns) within a policy version."""
+
+        seed: Annotated[int, Ge(0)] = 0
+        """vLLM's base seed (requests with their own seed use that)."""
+
+        image_cache_mb: Annotated[float, Gt(0)] = 1024.0
+        """Bound on the canonical pixels kept by content hash (MiB); a reference to an evicted
+        image is answered with ``CacheMiss`` and the client resends it."""
+
+        weights_dir: Annotated[str, NonEmpty()] = "/dev/shm"
+        """Folder on the engine's node where a weight update is staged as one safetensors file for
+        vLLM's workers to read (tmpfs keeps it in memory; needs room for one copy of the weights)."""
+
+        engine_args: dict[str, Any] = field(default_factory=dict)
+        """Further ``vllm.AsyncEngineArgs`` fields, passed as given (e.g. {"max_num_batched_tokens": 8192})."""
+
+        max_concurrency: Annotated[int, Ge(1)] = 1024
+        """Concurrent actor calls: waiting ``generate`` calls plus control calls."""
+
+        max_restarts: Annotated[int, Ge(0)] = 0
+        """Times Ray restarts a crashed replica in place; it comes back with the checkpoint's weights
+        and empty caches (clients see cache misses and resend)."""
+
+        @property
+        def encoder(self) -> None:
+            """Always None: vLLM embeds images with the checkpoint's own tower, so a trainer with a
+            plug-in encoder cannot use this engine (the job compares the two)."""
+            return None
+
+        def check(self) -> None:
+            if self.tensor_parallel_size > 1 and self.gpus != self.tensor_parallel_size:
+                raise ConfigError(
+                    "gpus",
+                    self.gpus,
+                    f"{self.tensor_parallel_size}, one per tensor-parallel rank (tensor_parallel_size > 1)",
+                )
+            if self.max_concurrency <= self.max_num_seqs:
+                raise ConfigError(
+                    "max_concurrency",
+                    self.max_concurrency,
+                    f"more than max_num_seqs ({self.max_num_seqs}), to leave room for control calls",
+                )
+            taken = sorted(set(self.engine_args) & set(engine_args(self)))
+            if taken:
+                raise ConfigError(
+                    "engine_args",
+                    self.engine_args,
+                    f"no key that VLLMEngine sets itself ({', '.join(taken)}): use the Config field, or leave it",
+                )
+
+        def build(self) -> Any:
+            """Start the actor; returns its Ray handle. vLLM is needed where the actor runs (a GPU
+            node), not here: without it the actor fails to start with ``MISSING_VLLM``."""
+            if not ray.is_initialized():
+                raise RuntimeError("VLLMEngine needs a running Ray: call ray.init() first")
+            return (
+                ray.remote(VLLMEngine)
+                .options(
+                    max_concurrency=self.max_concurrency,
+                    num_cpus=self.cpus,
+                    num_gpus=self.gpus,
+                    max_restarts=self.max_restarts,
+                )
+                .remote(self)
+            )
+
+    # Every method but __init__ is async, so Ray runs it on the event loop that also runs AsyncLLM's
+    # output handler and owns the counters below.
+
+    def __init__(self, config: VLLMEngine.Config) -> None:
+        require_vllm()
+        from transformers import AutoConfig, AutoProcessor
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        from vlrl.rollout.tiny_model import patch_rule_of
+
+        self._config = config
+        model_config = AutoConfig.from_pretrained(config.model_path)
+        processor = AutoProcessor.from_pretrained(config.model_path)
+        tokenizer = processor.tokenizer
+        self._rule = patch_rule_of(processor)
+        self._image_token_id = model_config.image_token_id
+        self._vocab_size = model_config.get_text_config().vocab_size
+        self._stops = frozenset(
+            {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")} - {None, tokenizer.unk_token_id}
+        )
+        placeholders = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+        self._banned = [i for i in (getattr(model_config, name, None) for name in placeholders) if i is not None]
+        self._dtype = None if config.dtype == "auto" else getattr(torch, config.dtype)
+        self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args(config), **config.engine_args))
+        self._pixels = PixelCache(int(config.image_cache_mb * 2**20))
+        self._ids = itertools.count()
+        self._version = 0
+        self._accepted = 0  # answered-or-not calls: what ``load`` reports
+        self._running = 0  # requests inside vLLM right now
+        self._updating = False
+        self._turn = asyncio.Condition()
+        self._update_lock = asyncio.Lock()
+        self._counts = dict.fromkeys(
+            ("requests", "scores", "cache_miss_replies", "image_cache_hits", "image_cache_misses",
+             "image_bytes_received", "prefill_tokens", "reused_prefix_tokens", "generated_tokens", "weight_updates"),
+            0,
+        )  # fmt: skip
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        self._counts["requests"] += 1
+        params = SamplingParams(
+            **sampling_kwargs(request.sampling, self._stops, self._banned), output_kind=RequestOutputKind.FINAL_ONLY
+        )
+        return await self._serve(request, params, generate_result)
+
+    async def score(self, request: GenerateRequest) -> ScoreResult | CacheMiss:
+        """Per-token logprobs of ``request.prompt_ids`` (its sampling is ignored): a teacher's scores."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        self._counts["scores"] += 1
+        params = SamplingParams(**score_kwargs(), output_kind=RequestOutputKind.FINAL_ONLY)
+        return await self._serve(request, params, score_result)
+
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor | np.ndarray], version: int) -> None:
+        """Load new weights once the requests running on the old ones finish; returns once requests
+        of ``version`` can run."""
+        async with self._update_lock:
+            if version <= self._version:
+                raise ValueError(f"update_weights: version={version}; expected more than the latest, {self._version}")
+            weights = checkpoint_weights(state_dict, self._dtype)  # names checked before anything stops
+            async with self._turn:
+                self._updating = True
+                await self._turn.wait_for(lambda: self._running == 0)
+            try:
+                await self._load(weights)
+                self._version = version
+                self._counts["weight_updates"] += 1
+            finally:
+                async with self._turn:
+                    self._updating = False
+                    self._turn.notify_all()
+
+    async def load(self) -> int:
+        """Calls accepted and not yet answered (waiting for an update, or running in vLLM)."""
+        return self._accepted
+
+    async def policy_version(self) -> int:
+        return self._version
+
+    async def forget(self, trajectory_id: str) -> None:
+        """Nothing to drop: vLLM's prefix cache is shared by content and evicts on its own."""
+
+    async def stats(self) -> dict[str, float]:
+        return {
+            **self._counts,
+            "image_cache_evictions": self._pixels.evictions,
+            "image_cache_entries": len(self._pixels),
+            "image_cache_bytes": self._pixels.nbytes,
+            "in_flight": self._accepted,
+            "policy_version": self._version,
+        }
+
+    # -- one request: admission (ids, images), the update gate, vLLM, the result
+
+    async def _serve(self, request: GenerateRequest, params: Any, finish: Any) -> Any:
+        self._accepted += 1
+        try:
+            prompt = checked_prompt(request, self._vocab_size)
+            self._counts["image_bytes_received"] += request.image_bytes
+            pixels = resolve_images(request, self._pixels)
+            if isinstance(pixels, CacheMiss):
+                self._counts["cache_miss_replies"] += 1
+                self._counts["image_cache_misses"] += len(pixels.missing)
+                return pixels
+            self._counts["image_cache_hits"] += sum(part.pixels is None for part in request.images)
+            inputs = prompt_inputs(request, prompt, pixels, self._image_token_id, self._rule)
+            async with self._turn:
+                await self._turn.wait_for(lambda: not self._updating)
+                self._running += 1
+                version = self._version
+            try:
+                output = None
+                async for output in self._engine.generate(inputs, params, f"{request.request_id}#{next(self._ids)}"):
+                    pass
+            finally:
+                async with self._turn:
+                    self._running -= 1
+                    self._turn.notify_all()
+            result = finish(request, prompt, output, version)
+            if isinstance(result, GenerateResult):
+                self._counts["prefill_tokens"] += result.prefill_tokens
+                self._counts["reused_prefix_tokens"] += result.reused_prefix_tokens
+                self._counts["generated_tokens"] += len(result.token_ids)
+            return result
+        finally:
+            self._accepted -= 1
+
+    async def _load(self, weights: dict[str, torch.Tensor]) -> None:
+        from safetensors.torch import save_file
+
+        handle, path = tempfile.mkstemp(prefix="vlrl-weights-", suffix=".safetensors", dir=self._config.weights_dir)
+        os.close(handle)
+        try:
+            await asyncio.to_thread(save_file, weights, path)
+            loaded = await self._engine.collective_rpc("vlrl_load_weights", args=(path,))
+        finally:
+            os.unlink(path)
+        if not all(loaded):
+            raise RuntimeError(f"update_weights: a vLLM worker loaded no parameters ({loaded} per worker)")
+        if not await self._engine.reset_prefix_cache():
+            raise RuntimeError("update_weights: vLLM refused to reset its prefix cache while requests ran")
+        await self._engine.reset_encoder_cache()
+
+
+def engine_args(config: VLLMEngine.Config) -> dict[str, Any]:
+    """The ``vllm.AsyncEngineArgs`` fields ``config`` sets (``engine_args`` adds the rest).
+
+    Fixed choices: raw logprobs (``log_softmax`` of the model's logits before temperature, top-p
+    or biases: the behaviour policy's ``log pi(a|s)``, as ``EmbeddedEngine`` reports); vLLM's own
+    sampling defaults instead of the checkpoint's ``generation_config`` (each request says how to
+    sample); the worker extension that loads pushed weights; vLLM's workers as subprocesses of
+    this actor, on the GPUs it reserved (a Ray executor would ask Ray for GPUs the actor holds).
+    """
+    return {
+        "model": config.model_path,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "distributed_executor_backend": "mp" if config.tensor_parallel_size > 1 else "uni",
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "max_model_len": config.max_model_len,
+        "dtype": config.dtype,
+        "max_num_seqs": config.max_num_seqs,
+        "limit_mm_per_prompt": {"image": config.max_images_per_prompt, "video": 0},
+        "enforce_eager": config.enforce_eager,
+        "enable_prefix_caching": config.enable_prefix_caching,
+        "seed": config.seed,
+        "logprobs_mode": "raw_logprobs",
+        "generation_config": "vllm",
+        "worker_extension_cls": WORKER_EXTENSION,
+        "disable_log_stats": True,
+    }
