@@ -89,7 +89,7 @@ def resolve(name: str) -> Factory:
 
 def make(name: str, **fields: Any) -> VisionEncoder:
     """Build the encoder registered as ``name`` with ``fields``."""
-    return _build(name, resolve(name), fields)
+    return build(name, resolve(name), fields)
 
 
 def check_encoder(encoder: VisionEncoder, images: Sequence[np.ndarray] | None = None) -> None:
@@ -179,10 +179,11 @@ def _verify(name: str, factory: Any) -> None:
     if not callable(factory):
         raise EncoderError(name, f"factory {factory!r} is not callable")
     fields = _check_fields.get(name, getattr(factory, "check_fields", {}))
-    check_encoder(_build(name, factory, fields))
+    check_encoder(build(name, factory, fields))
 
 
-def _build(name: str, factory: Any, fields: Mapping[str, Any]) -> VisionEncoder:
+def build(name: str, factory: Any, fields: Mapping[str, Any]) -> VisionEncoder:
+    """An instance from ``factory`` (resolved already, e.g. on another process), named ``name`` in errors."""
     if isinstance(factory, type) and issubclass(factory, VisionEncoder) and hasattr(factory, "Config"):
         encoder = factory.Config(**fields).build()
     else:

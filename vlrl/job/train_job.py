@@ -184,6 +184,15 @@ class TrainJob:
 
         def check(self) -> None:
             check_sources_have_pools(self.sources, self.pool.budget.shares)
+            engine_encoder = getattr(self.engine, "encoder", None)  # engines without the field run the tower
+            if engine_encoder != self.trainer.trainer.encoder:
+                raise ConfigError(
+                    "engine.encoder",
+                    engine_encoder,
+                    f"the trainer's encoder (trainer.trainer.encoder = {self.trainer.trainer.encoder!r}):"
+                    " rollouts must embed images as training does",
+                    got=repr(engine_encoder),
+                )
             try:
                 self.driver.quotas(self.sources)
             except ConfigError as error:

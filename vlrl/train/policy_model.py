@@ -40,6 +40,7 @@ from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
 from encoders.protocol import VisionEncoder
 from encoders.qwen2vl import Qwen2VLEncoder
+from encoders.spec import STATE_PREFIX
 from vlrl.rollout.tiny_model import patch_rule_of
 from vlrl.train.packed_attention import ATTENTION_NAME, PackedMask
 from vlrl.train.parallel import Parallel
@@ -173,7 +174,8 @@ class PolicyModel(nn.Module):
 
     def full_state_dict(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Every weight under its checkpoint name, unsharded; a plug-in encoder's own weights come
-        under ``encoder.``. Collective under TP/FSDP: every rank iterates it to the end."""
+        under ``encoder.`` (``STATE_PREFIX``) instead of the unused tower's. Collective under
+        TP/FSDP: every rank iterates it to the end."""
         for name, value in self.model.state_dict().items():
             if not self.owns_tower and name.startswith(ENCODER_PREFIX):
                 continue
@@ -182,4 +184,9 @@ class PolicyModel(nn.Module):
             yield name, value.detach()
         if not self.owns_tower:
             for name, value in self.encoder.state_dict().items():
-                yield "encoder." + name, value.detach()
+                yield STATE_PREFIX + name, value.detach()
+
+    def tower_state(self) -> dict[str, torch.Tensor]:
+        """The checkpoint's own tower under its checkpoint names (replicated, never sharded): kept
+        in a saved ``hf/`` folder next to a plug-in so the folder loads as the Qwen2-VL it was."""
+        return {ENCODER_PREFIX + name: value.detach() for name, value in self.model.model.visual.state_dict().items()}

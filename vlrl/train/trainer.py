@@ -29,11 +29,14 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from transformers import AutoConfig, AutoProcessor
 
 from encoders.protocol import VisionEncoder
+from encoders.spec import ENCODER_DIR, STATE_PREFIX, EncoderSpec, ResolvedEncoder
 from vlrl.config import Ge, Gt, NonEmpty
 from vlrl.pack import Layout, MicroBatchPlanner, PackedWindow, new_tp_group, packer_for_rank
 from vlrl.pack.packed import PAD_SEGMENT_ID
+from vlrl.rollout.tiny_model import patch_rule_of
 from vlrl.store.records import SeqMeta
 from vlrl.train.encode_step import StepEncoder
 from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss, token_logprobs_and_entropy
@@ -73,15 +76,30 @@ class Trainer:
         """How a step's sequences are packed into micro-batches per DP rank."""
         encode_chunk_tokens: Annotated[int, Ge(1)] = 16384
         """Most image rows per encoder forward; the next chunk's pixels load meanwhile."""
+        encoder: EncoderSpec | None = None
+        """A plug-in vision encoder trained in place of the checkpoint's tower (None: the tower);
+        the engines must use the same one (``EmbeddedEngine.Config.encoder``)."""
 
         def build(self, *, store: Any, layout: Layout, encoder: VisionEncoder | None = None) -> Trainer:
+            """``encoder``: ``self.encoder``'s instance when the caller built it (a Ray rank builds
+            the driver's ``resolved_encoder()``); None builds it here."""
             return Trainer(self, store=store, layout=layout, encoder=encoder)
+
+        def resolved_encoder(self) -> ResolvedEncoder | None:
+            """``encoder`` resolved and checked against ``model_path``'s patch rule and width, in
+            this process (where a recipe registered it); None for the checkpoint's tower."""
+            if self.encoder is None:
+                return None
+            width = AutoConfig.from_pretrained(self.model_path).get_text_config().hidden_size
+            return self.encoder.resolve(patch_rule_of(AutoProcessor.from_pretrained(self.model_path)), width)
 
     def __init__(self, config: Trainer.Config, *, store: Any, layout: Layout, encoder: VisionEncoder | None = None) -> None:
         self.config = config
         self.store = store
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         self.parallel = Parallel.init(layout, self.device.type)
+        if encoder is None and config.encoder is not None:
+            encoder = config.resolved_encoder().build(config.model_path)
         self.model = PolicyModel.load(config.model_path, dtype=DTYPES[config.dtype], encoder=encoder).to(self.device)
         self.model.parallelize(self.parallel)
         self.loss_fn = config.loss.build()
@@ -255,7 +273,9 @@ class Trainer:
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
         """A checkpoint: sharded model + optimizer (exact resume, any rank count of the same
         layout), and on rank 0 a Hugging Face folder (safetensors weights) plus ``extra`` state
-        (the driver's and sampler's). Collective."""
+        (the driver's and sampler's). A plug-in encoder's weights go to ``hf/encoder/`` (its
+        ``save_pretrained``), where a trainer or engine built from ``hf/`` finds them; the
+        Qwen2-VL weights keep the checkpoint's own, untrained tower. Collective."""
         path = Path(path)
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path / "sharded"))
@@ -263,6 +283,10 @@ class Trainer:
         if weights is not None:
             hf = path / "hf"
             hf.mkdir(parents=True, exist_ok=True)
+            if not self.model.owns_tower:
+                weights = {k: v for k, v in weights.items() if not k.startswith(STATE_PREFIX)}
+                weights.update(self.model.tower_state())
+                self.model.encoder.save_pretrained(hf / ENCODER_DIR)
             save_file({k: v.contiguous() for k, v in weights.items()}, str(hf / "model.safetensors"))
             for name in HF_FILES:
                 if (Path(self.config.model_path) / name).exists():

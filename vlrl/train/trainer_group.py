@@ -5,7 +5,8 @@ Each ``TrainerWorker`` is one rank: it sets the ``torch.distributed`` environmen
 ``init_distributed``, so the same ``Trainer`` code runs under ``torchrun``
 or under Ray. Gloo on CPU, NCCL when the worker has a GPU. The driver only sends ``SeqMeta``
 lists and gets metrics back; payloads go store -> packer -> rank, and weights go from rank 0 to
-the engines through the Ray object store (``push_weights``): no file is written.
+the engines through the Ray object store (``push_weights``): no file is written. A plug-in
+encoder (``Trainer.Config.encoder``) is resolved on the driver and built by every rank.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+from encoders.spec import ResolvedEncoder
 from vlrl.config import Ge, Gt
 from vlrl.pack import Layout
 from vlrl.store.records import SeqMeta
@@ -55,12 +57,15 @@ class TrainerWorker:
             s.bind(("", 0))
             return ray.util.get_node_ip_address(), s.getsockname()[1]
 
-    def setup(self, address: str, port: int, layout: Layout, config: Trainer.Config, store_config: Any) -> int:
+    def setup(
+        self, address: str, port: int, layout: Layout, config: Trainer.Config, store_config: Any, encoder: ResolvedEncoder | None
+    ) -> int:
         os.environ.update(
             RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", MASTER_ADDR=address, MASTER_PORT=str(port)
         )
         init_distributed()
-        self.trainer = config.build(store=store_config.build(), layout=layout)
+        plug_in = encoder.build(config.model_path) if encoder is not None else None
+        self.trainer = config.build(store=store_config.build(), layout=layout, encoder=plug_in)
         return sum(p.numel() for p in self.trainer.model.parameters())
 
     def step(self, metas: list[SeqMeta]) -> dict[str, float]:
@@ -115,6 +120,7 @@ class TrainerGroup:
 
         self.config = config
         layout = config.layout
+        encoder = config.trainer.resolved_encoder()  # here: the ranks cannot see a recipe's registration
         bundle = {"CPU": config.cpus_per_worker, **({"GPU": config.gpus_per_worker} if config.gpus_per_worker else {})}
         self._pg = placement_group([bundle] * layout.world_size, strategy="PACK")
         ray.get(self._pg.ready(), timeout=300)
@@ -128,7 +134,7 @@ class TrainerGroup:
             for rank in range(layout.world_size)
         ]
         address, port = ray.get(self.workers[0].rendezvous.remote())
-        setups = [w.setup.remote(address, port, layout, config.trainer, store_config) for w in self.workers]
+        setups = [w.setup.remote(address, port, layout, config.trainer, store_config, encoder) for w in self.workers]
         self.parameters = ray.get(setups)[0]
 
     def step(self, metas: list[SeqMeta]) -> dict[str, float]:

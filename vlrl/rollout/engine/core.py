@@ -9,6 +9,9 @@ batch may differ in prompt length, images and cached prefix (see ``runner``).
 Weight updates wait for the batch in flight: its requests finish on the old weights and carry
 the old version; requests not yet in a batch run on the new weights. An update drops every KV
 prefix (keys and values depend on the weights) but keeps the image cache (pixels do not).
+
+With a plug-in encoder (``config.encoder``) images are preprocessed and encoded by it, exactly as
+the trainer runs it, and its weights arrive with every update under ``encoder.``.
 """
 
 from __future__ import annotations
@@ -18,16 +21,19 @@ from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from transformers import AutoProcessor
 
-from vlrl.rollout.engine.images import ImageCache, ProcessedImage, preprocess
+from encoders.spec import ResolvedEncoder
+from vlrl.rollout.engine.images import ImageCache, ProcessedImage, preprocess, preprocess_plug_in
 from vlrl.rollout.engine.prefix import ImageSpan, PrefixCache
 from vlrl.rollout.engine.runner import ModelRunner, Outcome, Sequence
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
+from vlrl.rollout.tiny_model import patch_rule_of
 
 if TYPE_CHECKING:
     from vlrl.rollout.engine.embedded import EmbeddedEngine
@@ -64,16 +70,28 @@ class _Counters:
 
 
 class EngineCore:
-    def __init__(self, config: EmbeddedEngine.Config) -> None:
+    def __init__(self, config: EmbeddedEngine.Config, encoder: ResolvedEncoder | None = None) -> None:
+        """``encoder``: ``config.encoder`` as the driver resolved it (None: resolve it here)."""
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         self._config = config
         processor = AutoProcessor.from_pretrained(config.model_path)
-        self._image_processor = processor.image_processor
+        if encoder is None and config.encoder is not None:
+            encoder = config.resolved_encoder()
+        plug_in = encoder.build(config.model_path) if encoder is not None else None
+        self._preprocess_image = (
+            partial(preprocess, processor.image_processor)
+            if plug_in is None
+            else partial(preprocess_plug_in, plug_in, patch_rule_of(processor))
+        )
         tokenizer = processor.tokenizer
         stops = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")} - {None, tokenizer.unk_token_id}
         self._runner = ModelRunner.load(
-            config.model_path, dtype=getattr(torch, config.dtype), device=config.device, stop_token_ids=frozenset(stops)
+            config.model_path,
+            dtype=getattr(torch, config.dtype),
+            device=config.device,
+            stop_token_ids=frozenset(stops),
+            encoder=plug_in,
         )
         model_config = self._runner.model.config
         self._image_token_id = model_config.image_token_id
@@ -247,7 +265,7 @@ class EngineCore:
         self._counts.image_bytes_received += request.image_bytes
         loop = asyncio.get_running_loop()
         processed = await asyncio.gather(
-            *(loop.run_in_executor(self._preprocess, preprocess, self._image_processor, p) for p in to_process.values())
+            *(loop.run_in_executor(self._preprocess, self._preprocess_image, p) for p in to_process.values())
         )
         for key, image in zip(to_process, processed):
             self._images.put(key, image)

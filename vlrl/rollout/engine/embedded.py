@@ -15,10 +15,13 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import ray
 import torch
+from transformers import AutoConfig, AutoProcessor
 
+from encoders.spec import EncoderSpec, ResolvedEncoder
 from vlrl.config import ConfigError, Ge, Gt, NonEmpty
 from vlrl.rollout.engine.core import EngineCore
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
+from vlrl.rollout.tiny_model import patch_rule_of
 
 
 class EmbeddedEngine:
@@ -66,6 +69,10 @@ class EmbeddedEngine:
         """Times Ray restarts a crashed replica in place; it comes back with empty caches, so
         clients see cache misses and resend."""
 
+        encoder: EncoderSpec | None = None
+        """A plug-in vision encoder in place of the checkpoint's tower (None: the tower); the
+        trainer's must be the same (``Trainer.Config.encoder``), or rollouts see other embeddings."""
+
         def check(self) -> None:
             if self.max_concurrency <= self.max_batch:
                 raise ConfigError(
@@ -74,8 +81,18 @@ class EmbeddedEngine:
                     f"more than max_batch ({self.max_batch}), to leave room for control calls",
                 )
 
+        def resolved_encoder(self) -> ResolvedEncoder | None:
+            """``encoder`` resolved and checked against ``model_path``'s patch rule and width, in
+            this process (where a recipe registered it); None for the checkpoint's tower."""
+            if self.encoder is None:
+                return None
+            width = AutoConfig.from_pretrained(self.model_path).get_text_config().hidden_size
+            return self.encoder.resolve(patch_rule_of(AutoProcessor.from_pretrained(self.model_path)), width)
+
         def build(self) -> Any:
-            """Start the actor; returns its Ray handle (call ``.generate.remote(request)`` and so on)."""
+            """Start the actor; returns its Ray handle (call ``.generate.remote(request)`` and so on).
+            A plug-in encoder is resolved and checked first, so a bad one fails before any actor."""
+            encoder = self.resolved_encoder()
             if not ray.is_initialized():
                 raise RuntimeError("EmbeddedEngine needs a running Ray: call ray.init() first")
             return (
@@ -86,14 +103,14 @@ class EmbeddedEngine:
                     num_gpus=self.gpus,
                     max_restarts=self.max_restarts,
                 )
-                .remote(self)
+                .remote(self, encoder)
             )
 
     # Every method but __init__ is async, so Ray runs it on the event loop: the one thread that owns the
     # core's queues and caches.
 
-    def __init__(self, config: EmbeddedEngine.Config) -> None:
-        self._core = EngineCore(config)
+    def __init__(self, config: EmbeddedEngine.Config, encoder: ResolvedEncoder | None = None) -> None:
+        self._core = EngineCore(config, encoder)
 
     async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss:
         return await self._core.generate(request)

@@ -1,8 +1,9 @@
-"""The engine's image cache: processed pixels by content hash, bounded by bytes.
+"""Image preprocessing (the model's processor, or a plug-in encoder's) and the engine's image
+cache: processed pixels by content hash, bounded by bytes.
 
-The processor's output (``pixel_values`` and the patch grid) depends only on the pixels, never on
-the weights, so entries survive weight updates; what a client references by hash is looked up
-here, and an evicted hash is answered with ``CacheMiss`` so the client resends its pixels.
+Preprocessing depends only on the pixels, never on the weights, so entries survive weight
+updates; what a client references by hash is looked up here, and an evicted hash is answered
+with ``CacheMiss`` so the client resends its pixels.
 """
 
 from __future__ import annotations
@@ -10,22 +11,31 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from vlrl.mm import content_hash
+from encoders.protocol import EncoderError, EncoderInput, VisionEncoder
+from vlrl.mm import PatchRule, content_hash
 from vlrl.rollout.protocol import ImagePart
 
 
 @dataclass(frozen=True, slots=True)
 class ProcessedImage:
-    """One image as the vision tower takes it."""
+    """One image as the engine's encoder takes it, and the grid its tokens take in the prompt."""
 
-    pixel_values: torch.Tensor
-    """(patches, channels * temporal_patch * patch * patch) normalised patches."""
+    input: EncoderInput
+    """The encoder's input: the tower's flattened patches, or a plug-in encoder's ``preprocess``."""
     grid_thw: tuple[int, int, int]
-    """The patch grid (t, h, w) before merging."""
-    num_tokens: int
-    """LLM tokens the image becomes: t * h * w / merge_size**2."""
+    """The processor's patch grid (t, h, w) before merging: the M-RoPE positions of its tokens."""
+
+    @property
+    def pixel_values(self) -> torch.Tensor:
+        return self.input.pixel_values
+
+    @property
+    def num_tokens(self) -> int:
+        """LLM tokens the image becomes: t * h * w / merge_size**2."""
+        return self.input.num_tokens
 
     @property
     def nbytes(self) -> int:
@@ -33,24 +43,37 @@ class ProcessedImage:
 
 
 def preprocess(image_processor, part: ImagePart) -> ProcessedImage:
-    """Run the model's image processor on ``part``'s pixels (blocking: call it off the event loop).
+    """Run the model's image processor on ``part``'s pixels (blocking: call it off the event loop)."""
+    out = image_processor(images=[_checked(part)], input_data_format="channels_last", return_tensors="pt")
+    grid = tuple(int(x) for x in out["image_grid_thw"][0])  # (t, h, w)
+    tokens = grid[0] * grid[1] * grid[2] // image_processor.merge_size**2
+    return ProcessedImage(EncoderInput(pixel_values=out["pixel_values"], num_tokens=tokens, grid_thw=grid), grid)
 
-    The hash is checked first: a wrong one would file these pixels under another image's identity
-    and poison the cache for every trajectory that references it.
-    """
+
+def preprocess_plug_in(encoder: VisionEncoder, rule: PatchRule, part: ImagePart) -> ProcessedImage:
+    """A plug-in encoder's ``preprocess`` of ``part``; its tokens take the patch rule's grid."""
+    pixels = _checked(part)
+    height, width = pixels.shape[:2]
+    prepared = encoder.preprocess(pixels)
+    expected = rule.num_tokens(width, height)
+    if prepared.num_tokens != expected:
+        raise EncoderError(
+            encoder.name,
+            f"preprocess gives {prepared.num_tokens} rows for a {width}x{height} image; the patch rule gives {expected}",
+        )
+    return ProcessedImage(prepared, rule.grid(width, height))
+
+
+def _checked(part: ImagePart) -> np.ndarray:
+    """The pixels, once their hash is checked: a wrong one would file them under another image's
+    identity and poison the cache for every trajectory that references it."""
     actual = content_hash(part.pixels)
     if actual != part.content_hash:
         raise ValueError(
             f"image {part.content_hash}: the pixels sent hash to {actual}; send the content_hash"
             " of the canonical pixels (vlrl.mm.content_hash)"
         )
-    out = image_processor(images=[part.pixels], input_data_format="channels_last", return_tensors="pt")
-    t, h, w = (int(x) for x in out["image_grid_thw"][0])
-    return ProcessedImage(
-        pixel_values=out["pixel_values"],
-        grid_thw=(t, h, w),
-        num_tokens=t * h * w // image_processor.merge_size**2,
-    )
+    return part.pixels
 
 
 class ImageCache:

@@ -19,13 +19,15 @@ them explicitly also keeps the model's stateful ``rope_deltas`` out of the way.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
 import torch
 from transformers import DynamicCache, Qwen2VLForConditionalGeneration
 
+from encoders.protocol import VisionEncoder
+from encoders.spec import STATE_PREFIX
 from vlrl.rollout.engine.images import ProcessedImage
 from vlrl.rollout.engine.prefix import ImageSpan, KVPrefix
 from vlrl.rollout.engine.sampling import generator_for, sample
@@ -72,10 +74,14 @@ class _Row:
 
 
 class ModelRunner:
-    """Owns the model; ``run`` and ``load_weights`` are blocking and belong on one compute thread."""
+    """Owns the model (and a plug-in encoder that replaces its tower, if any); ``run`` and
+    ``load_weights`` are blocking and belong on one compute thread."""
 
-    def __init__(self, model: Qwen2VLForConditionalGeneration, stop_token_ids: frozenset[int]) -> None:
+    def __init__(
+        self, model: Qwen2VLForConditionalGeneration, stop_token_ids: frozenset[int], encoder: VisionEncoder | None = None
+    ) -> None:
         self.model = model.eval()
+        self.encoder = encoder.eval() if encoder is not None else None
         self._stop_token_ids = stop_token_ids
         self._image_token_id = model.config.image_token_id
         self._device = model.device
@@ -86,9 +92,11 @@ class ModelRunner:
         self._banned = torch.tensor([i for i in placeholders if i is not None], dtype=torch.long, device=self._device)
 
     @classmethod
-    def load(cls, path: str, *, dtype: torch.dtype, device: str, stop_token_ids: frozenset[int]) -> ModelRunner:
+    def load(
+        cls, path: str, *, dtype: torch.dtype, device: str, stop_token_ids: frozenset[int], encoder: VisionEncoder | None = None
+    ) -> ModelRunner:
         model = Qwen2VLForConditionalGeneration.from_pretrained(path, dtype=dtype).to(device)
-        return cls(model, stop_token_ids)
+        return cls(model, stop_token_ids, encoder.to(device=device, dtype=dtype) if encoder is not None else None)
 
     @torch.inference_mode()
     def run(self, seqs: list[Sequence]) -> list[Outcome]:
@@ -132,21 +140,19 @@ class ModelRunner:
     def score(self, prompt: np.ndarray, images: tuple[ProcessedImage, ...]) -> np.ndarray:
         """``log p(prompt[t] | prompt[:t])`` for t >= 1 (0 at t = 0): one forward of the whole
         sequence, images included, as a teacher scores a trajectory."""
-        ids = torch.as_tensor(prompt, dtype=torch.long, device=self._device)[None]  # (1, T)
-        vision = {}
-        if images:
-            vision = {
-                "pixel_values": torch.cat([i.pixel_values for i in images]).to(self._device, self.model.dtype),
-                "image_grid_thw": torch.tensor([i.grid_thw for i in images], device=self._device),
-                "mm_token_type_ids": (ids == self._image_token_id).int(),
-            }
-        logits = self.model(input_ids=ids, **vision).logits[0].float()  # (T, V)
-        picked = torch.log_softmax(logits[:-1], dim=-1).gather(1, ids[0, 1:, None])[:, 0]  # (T - 1,)
+        ids = torch.as_tensor(prompt, dtype=torch.long, device=self._device)  # (T,)
+        embeds = self._embed(ids, self._image_features(images))  # (T, H)
+        positions = self._positions(prompt, images).to(self._device)[:, None]  # (3, 1, T)
+        logits = self.model(inputs_embeds=embeds[None], position_ids=positions).logits[0].float()  # (T, V)
+        picked = torch.log_softmax(logits[:-1], dim=-1).gather(1, ids[1:, None])[:, 0]  # (T - 1,)
         return np.concatenate([[0.0], picked.cpu().numpy()]).astype(np.float32)
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor | np.ndarray]) -> None:
-        """Copy ``state_dict`` (any subset of the model's) into the weights, after checking all of it."""
+        """Copy ``state_dict`` (any subset of the model's, the plug-in encoder's under ``encoder.``)
+        into the weights, after checking all of it."""
         targets = self.model.state_dict(keep_vars=True)
+        if self.encoder is not None:
+            targets.update({STATE_PREFIX + name: value for name, value in self.encoder.state_dict(keep_vars=True).items()})
         unknown = sorted(set(state_dict) - set(targets))
         if unknown:
             raise ValueError(
@@ -166,12 +172,7 @@ class ModelRunner:
 
     def _plan(self, seq: Sequence) -> _Row:
         reused = seq.prefix.shared_length(seq.prompt, seq.spans) if seq.prefix is not None else 0
-        ids = torch.from_numpy(seq.prompt)[None]  # (1, T)
-        grids = torch.tensor([image.grid_thw for image in seq.images]) if seq.images else None
-        positions, _ = self.model.model.get_rope_index(
-            ids, mm_token_type_ids=(ids == self._image_token_id).int(), image_grid_thw=grids
-        )  # (3, 1, T)
-        positions = positions[:, 0]
+        positions = self._positions(seq.prompt, seq.images)
         return _Row(
             seq=seq,
             reused=reused,
@@ -206,6 +207,15 @@ class ModelRunner:
         )
         return out.cache, mask, out.logits[:, -1]
 
+    def _positions(self, prompt: np.ndarray, images: tuple[ProcessedImage, ...]) -> torch.Tensor:
+        """``(3, T)`` M-RoPE ids of the whole prompt, images on their patch-rule grids."""
+        ids = torch.from_numpy(prompt)[None]  # (1, T)
+        grids = torch.tensor([image.grid_thw for image in images]) if images else None
+        positions, _ = self.model.model.get_rope_index(
+            ids, mm_token_type_ids=(ids == self._image_token_id).int(), image_grid_thw=grids
+        )  # (3, 1, T)
+        return positions[:, 0]
+
     def _prompt_embeddings(self, rows: list[_Row]) -> list[torch.Tensor]:
         """Embeddings (n_i, hidden) of each row's uncached tokens, images encoded in one call."""
         new_images = [
@@ -215,22 +225,32 @@ class ModelRunner:
             if span.start >= row.reused
         ]
         per_row: list[list[torch.Tensor]] = [[] for _ in rows]
-        if new_images:
-            pixels = torch.cat([image.pixel_values for _, image in new_images]).to(self._device)
-            grids = torch.tensor([image.grid_thw for _, image in new_images], device=self._device)
-            # One (tokens, hidden) feature per image; the tower attends within each image only.
-            features = self.model.model.get_image_features(pixels, grids).pooler_output
-            for (i, _), feature in zip(new_images, features):
-                per_row[i].append(feature)
-        embed = self.model.get_input_embeddings()
-        out = []
-        for row, features in zip(rows, per_row):
-            ids = torch.from_numpy(row.seq.prompt[row.reused :]).to(self._device)
-            row_embeds = embed(ids)
-            if features:
-                row_embeds[ids == self._image_token_id] = torch.cat(features).to(row_embeds.dtype)
-            out.append(row_embeds)
-        return out
+        for (i, _), feature in zip(new_images, self._image_features([image for _, image in new_images])):
+            per_row[i].append(feature)
+        return [
+            self._embed(torch.from_numpy(row.seq.prompt[row.reused :]).to(self._device), features)
+            for row, features in zip(rows, per_row)
+        ]
+
+    def _image_features(self, images: list[ProcessedImage] | tuple[ProcessedImage, ...]) -> list[torch.Tensor]:
+        """One ``(num_tokens, hidden)`` feature per image, all encoded in one call: by the plug-in
+        encoder as the trainer runs it, else by the model's tower (attending within each image)."""
+        if not images:
+            return []
+        if self.encoder is not None:
+            batch = self.encoder.collate([image.input for image in images])
+            batch = replace(batch, pixel_values=batch.pixel_values.to(self._device), grid_thw=batch.grid_thw.to(self._device))
+            return list(self.encoder(batch).split(batch.num_tokens))
+        pixels = torch.cat([image.pixel_values for image in images]).to(self._device)
+        grids = torch.tensor([image.grid_thw for image in images], device=self._device)
+        return list(self.model.model.get_image_features(pixels, grids).pooler_output)
+
+    def _embed(self, ids: torch.Tensor, features: list[torch.Tensor]) -> torch.Tensor:
+        """``(len(ids), hidden)`` input embeddings with ``features`` at the image tokens, in order."""
+        embeds = self.model.get_input_embeddings()(ids)
+        if features:
+            embeds[ids == self._image_token_id] = torch.cat(features).to(embeds.dtype)
+        return embeds
 
     def _prefix_cache(self, rows: list[_Row], cached: int) -> DynamicCache:
         """The rows' cached prefixes, right-aligned into one (B, kv_heads, cached, head_dim) per layer."""
