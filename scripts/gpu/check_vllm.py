@@ -72,7 +72,7 @@ async def chat(session: aiohttp.ClientSession, url: str, model: str, parts: list
 async def check(url: str, api_key: str | None) -> None:
     from transformers import AutoProcessor
 
-    from vlrl.rollout.tiny_model import patch_rule_of
+    from vlrl.mm import patch_rule_of
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with aiohttp.ClientSession(headers=headers) as session:

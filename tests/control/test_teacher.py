@@ -9,15 +9,14 @@ import numpy as np
 import pytest
 from transformers import Qwen2VLForConditionalGeneration
 
+from tests.reference_logprobs import reference_logprobs
 from vlrl.control.group_hook import ADVANTAGES_FIELD, TEACHER_FIELD, GroupHook
 from vlrl.control.teacher import TeacherScorer
-from vlrl.mm import store_image
+from vlrl.mm import patch_rule_of, store_image
 from vlrl.rollout.chat import ChatFormat, ChatTurn
 from vlrl.rollout.engine import EmbeddedEngine
-from vlrl.rollout.tiny_model import patch_rule_of
 from vlrl.store import LocalStore
 from vlrl.store.records import SeqMeta
-from tests.reference_logprobs import reference_logprobs
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -12,8 +12,8 @@ import torch
 from encoders.protocol import EncoderError
 from encoders.spec import ENCODER_DIR, EncoderSpec
 from vlrl.config import ConfigError, load_recipe, validate
+from vlrl.mm import patch_rule_of
 from vlrl.rollout.engine import EmbeddedEngine
-from vlrl.rollout.tiny_model import patch_rule_of
 from vlrl.train.trainer import Trainer
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "train_custom_encoder.py"

@@ -9,11 +9,10 @@ import pytest
 
 from harnesses.desktop import DesktopHarness
 from vlrl.job.demos import DemoEpisode
-from vlrl.mm import PIXELS_FIELD
+from vlrl.mm import PIXELS_FIELD, patch_rule_of
 from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
 from vlrl.rollout.agent_loop import LoopRuntime
 from vlrl.rollout.parsers import PARSERS
-from vlrl.rollout.tiny_model import patch_rule_of
 from vlrl.store import LocalStore
 
 

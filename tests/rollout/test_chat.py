@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from vlrl.mm import patch_rule_of
 from vlrl.rollout.chat import ChatFormat, ChatTurn
 from vlrl.rollout.parsers import PARSERS
-from vlrl.rollout.tiny_model import patch_rule_of
 
 
 def _ids(processor, template: str) -> list[int]:

@@ -8,12 +8,12 @@ import asyncio
 import numpy as np
 import pytest
 
+from vlrl.mm import patch_rule_of
 from vlrl.rollout.chat import ChatFormat, ChatTurn
 from vlrl.rollout.client import ContextImage, InferenceClient
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.protocol import SamplingParams
 from vlrl.rollout.ray_endpoint import RayEndpoint
-from vlrl.rollout.tiny_model import patch_rule_of
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
-from vlrl.mm import PatchRule
-from vlrl.rollout.tiny_model import SPECIAL_TOKENS, build_tiny_qwen2vl, patch_rule_of
+from vlrl.mm import PatchRule, patch_rule_of
+from vlrl.rollout.tiny_model import SPECIAL_TOKENS, build_tiny_qwen2vl
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from safetensors.torch import save_file
 
 from tests.rollout.engine.chat import model_state, part, perturbed, request, screen, turn_text, user_turn
 from vlrl.config import ConfigError, load_recipe, validate
+from vlrl.mm import patch_rule_of
 from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
 from vlrl.rollout.engine.vllm_engine import MISSING_VLLM, engine_args
 from vlrl.rollout.engine.vllm_inputs import (
@@ -39,7 +40,6 @@ from vlrl.rollout.engine.vllm_inputs import (
 )
 from vlrl.rollout.engine.vllm_worker import WeightLoader
 from vlrl.rollout.protocol import CacheMiss, GenerateResult, SamplingParams, ScoreResult
-from vlrl.rollout.tiny_model import patch_rule_of
 
 RECIPE = Path(__file__).parents[2] / "examples" / "train_click_vllm.py"
 

@@ -17,11 +17,10 @@ from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 from encoders.spec import STATE_PREFIX
 from tests.train.trainer_workload import make_workload
 from vlrl.config import load_recipe, validate
-from vlrl.mm import PatchRule, store_image
+from vlrl.mm import PatchRule, patch_rule_of, store_image
 from vlrl.pack import MicroBatchPlanner
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.protocol import GenerateRequest, ImagePart
-from vlrl.rollout.tiny_model import patch_rule_of
 from vlrl.store.ray_store import RayStore
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.trainer import Trainer

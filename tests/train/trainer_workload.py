@@ -16,8 +16,7 @@ import torch
 from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
 from tests.records import seq_meta
-from vlrl.mm import PIXELS_FIELD, store_image
-from vlrl.rollout.tiny_model import patch_rule_of
+from vlrl.mm import PIXELS_FIELD, patch_rule_of, store_image
 from vlrl.store import LocalStore
 from vlrl.store.records import SeqMeta
 from vlrl.train.loss import Normaliser, PolicyLoss, token_logprobs_and_entropy

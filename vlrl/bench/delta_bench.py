@@ -102,10 +102,11 @@ def measure_rollout(turns: int, trajectories: int, images: list[ContextImage]) -
     import ray
     from transformers import AutoProcessor
 
+    from vlrl.mm import patch_rule_of
     from vlrl.rollout.chat import ChatFormat
     from vlrl.rollout.engine import EmbeddedEngine
     from vlrl.rollout.ray_endpoint import RayEndpoint
-    from vlrl.rollout.tiny_model import build_tiny_qwen2vl, patch_rule_of
+    from vlrl.rollout.tiny_model import build_tiny_qwen2vl
 
     with tempfile.TemporaryDirectory() as folder:
         path = build_tiny_qwen2vl(folder)

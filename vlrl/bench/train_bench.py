@@ -181,8 +181,7 @@ def write_workload(store: Any, spec: WorkloadSpec, model_path: str | Path) -> li
     Same ``spec`` and model, same rows, images and metadata."""
     from transformers import AutoProcessor, Qwen2VLConfig
 
-    from vlrl.mm import store_image
-    from vlrl.rollout.tiny_model import patch_rule_of
+    from vlrl.mm import patch_rule_of, store_image
     from vlrl.store.records import SeqMeta
 
     config = Qwen2VLConfig.from_pretrained(model_path)
@@ -309,7 +308,6 @@ def _rank_main(rank: int, world: int, port: int, shape: Shape, model_path: str, 
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
     import torch
     import torch.distributed as dist
-
     from transformers.utils import logging
 
     from vlrl.train.trainer_group import init_distributed

@@ -475,7 +475,7 @@ class _Session:
         import ray
         from transformers import AutoProcessor
 
-        from vlrl.rollout.tiny_model import patch_rule_of
+        from vlrl.mm import patch_rule_of
 
         config = self.config
         if not config.resume:

@@ -20,7 +20,7 @@ from vlrl.mm.image_io import (
     encode_image,
 )
 from vlrl.mm.item import PIXELS_FIELD, MMItemMeta, describe_image, image_store_key
-from vlrl.mm.patch_grid import PatchRule, smart_resize
+from vlrl.mm.patch_grid import PatchRule, patch_rule_of, smart_resize
 from vlrl.mm.store_images import store_image
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "ImageSource",
     "MMItemMeta",
     "PatchRule",
+    "patch_rule_of",
     "content_hash",
     "decode_image",
     "describe_image",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from vlrl.mm.canonical import check_dimensions
 from vlrl.mm.errors import ImageError
@@ -105,3 +106,16 @@ class PatchRule:
         """Return how many LLM tokens the image becomes after patch merging."""
         t, gh, gw = self.grid(width, height)
         return t * gh * gw // self.merge_size**2
+
+
+def patch_rule_of(processor: Any) -> PatchRule:
+    """The ``PatchRule`` that predicts a Qwen2-VL processor's image grids and token counts (read
+    from its ``image_processor``; no transformers import needed here)."""
+    images = processor.image_processor
+    return PatchRule(
+        patch_size=images.patch_size,
+        merge_size=images.merge_size,
+        temporal_patch_size=images.temporal_patch_size,
+        min_pixels=images.size["shortest_edge"],
+        max_pixels=images.size["longest_edge"],
+    )

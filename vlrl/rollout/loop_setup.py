@@ -28,7 +28,7 @@ class LoopSetup:
     def __call__(self) -> dict[str, Any]:
         from transformers import AutoProcessor
 
-        from vlrl.rollout.tiny_model import patch_rule_of
+        from vlrl.mm import patch_rule_of
 
         processor = AutoProcessor.from_pretrained(self.model_path)
         endpoints = [RayEndpoint(engine, f"engine-{i}") for i, engine in enumerate(self.engines)]

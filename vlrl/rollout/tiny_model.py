@@ -23,8 +23,6 @@ from transformers import (
     Qwen2VLVideoProcessor,
 )
 
-from vlrl.mm import PatchRule
-
 SPECIAL_TOKENS = (
     "<|endoftext|>",
     "<|im_start|>",
@@ -130,18 +128,6 @@ def build_tiny_qwen2vl(
     model.save_pretrained(path)
     processor.save_pretrained(path)
     return path
-
-
-def patch_rule_of(processor: Qwen2VLProcessor) -> PatchRule:
-    """The ``PatchRule`` that predicts this processor's image grids and token counts."""
-    images = processor.image_processor
-    return PatchRule(
-        patch_size=images.patch_size,
-        merge_size=images.merge_size,
-        temporal_patch_size=images.temporal_patch_size,
-        min_pixels=images.size["shortest_edge"],
-        max_pixels=images.size["longest_edge"],
-    )
 
 
 def _train_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:

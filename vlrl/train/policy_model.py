@@ -41,7 +41,7 @@ from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 from encoders.protocol import VisionEncoder
 from encoders.qwen2vl import Qwen2VLEncoder
 from encoders.spec import STATE_PREFIX
-from vlrl.rollout.tiny_model import patch_rule_of
+from vlrl.mm import patch_rule_of
 from vlrl.train.packed_attention import ATTENTION_NAME, PackedMask
 from vlrl.train.parallel import Parallel
 

@@ -34,9 +34,9 @@ from transformers import AutoConfig, AutoProcessor
 from encoders.protocol import VisionEncoder
 from encoders.spec import ENCODER_DIR, STATE_PREFIX, EncoderSpec, ResolvedEncoder
 from vlrl.config import Ge, Gt, NonEmpty
+from vlrl.mm import patch_rule_of
 from vlrl.pack import Layout, MicroBatchPlanner, PackedWindow, new_tp_group, packer_for_rank
 from vlrl.pack.packed import PAD_SEGMENT_ID
-from vlrl.rollout.tiny_model import patch_rule_of
 from vlrl.store.records import SeqMeta
 from vlrl.train.encode_step import StepEncoder
 from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss, token_logprobs_and_entropy

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tests.rollout.engine.chat import part, request, run_core, screen, user_turn
+from vlrl.mm import patch_rule_of
 from vlrl.rollout.protocol import CacheMiss, GenerateResult, ImagePart
-from vlrl.rollout.tiny_model import patch_rule_of
 
 
 def test_evicted_image_misses_then_succeeds_when_resent(tiny_path, processor):

@@ -29,11 +29,11 @@ import torch
 from transformers import AutoProcessor
 
 from encoders.spec import ResolvedEncoder
+from vlrl.mm import patch_rule_of
 from vlrl.rollout.engine.images import ImageCache, ProcessedImage, preprocess, preprocess_plug_in
 from vlrl.rollout.engine.prefix import ImageSpan, PrefixCache
 from vlrl.rollout.engine.runner import ModelRunner, Outcome, Sequence
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
-from vlrl.rollout.tiny_model import patch_rule_of
 
 if TYPE_CHECKING:
     from vlrl.rollout.engine.embedded import EmbeddedEngine

@@ -19,9 +19,9 @@ from transformers import AutoConfig, AutoProcessor
 
 from encoders.spec import EncoderSpec, ResolvedEncoder
 from vlrl.config import ConfigError, Ge, Gt, NonEmpty
+from vlrl.mm import patch_rule_of
 from vlrl.rollout.engine.core import EngineCore
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
-from vlrl.rollout.tiny_model import patch_rule_of
 
 
 class EmbeddedEngine:

@@ -171,7 +171,7 @@ class VLLMEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        from vlrl.rollout.tiny_model import patch_rule_of
+        from vlrl.mm import patch_rule_of
 
         self._config = config
         model_config = AutoConfig.from_pretrained(config.model_path)

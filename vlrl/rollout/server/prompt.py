@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from vlrl.mm import patch_rule_of
 from vlrl.rollout.server.wire import ApiError, ChatMessage, ImageInput
-from vlrl.rollout.tiny_model import patch_rule_of
 
 
 class ChatTemplate:
