@@ -1,0 +1,83 @@
+"""Train a GUI agent on a multi-turn desktop task: fill in a form, tick a box, submit.
+
+    vlrl train examples/train_desktop_form.py            # the real run (2 CPU cores: ~15 min, estimated)
+    vlrl train examples/train_desktop_form.py:small      # a 2-step smoke run (CI, about a minute)
+    vlrl plot runs/train_desktop_form                    # the plots and annotated episodes
+
+The desktop harness's ``fill-form`` family at 160x120, without decoy check boxes: a window with a
+Name and an Email field, one check box and Submit / Cancel. The goal names the values; the oracle
+solves it in six turns (click Name, type the name, click Email, type the email, tick the box,
+click Submit), and the reward is 1 only if the form was submitted holding exactly those values.
+The policy (the tiny Qwen2-VL of ``train_click.py``) must find each widget in the screenshot and
+copy the right string out of the goal into a ``type`` action; every earlier screenshot and reply
+stays in its prompt, so an episode is one training sequence of ~500 tokens.
+
+The warm start's demonstrations are the oracle's six turns written as replies (clicks on the
+7-pixel grid, typed text verbatim); GRPO then trains on groups of 8 episodes per form.
+"""
+
+from vlrl.control.driver import Driver
+from vlrl.control.group_hook import GroupHook
+from vlrl.job.demos import WarmStart
+from vlrl.job.evaluate import Evaluation
+from vlrl.job.train_job import TinyModel, TrainJob
+from vlrl.pack import MicroBatchPlanner
+from vlrl.pool import HarnessPool, HostBudget
+from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
+from vlrl.rollout.engine import EmbeddedEngine
+from vlrl.train.loss import PolicyLoss
+from vlrl.train.trainer import Trainer
+from vlrl.train.trainer_group import TrainerGroup
+
+
+def form_source() -> DataSource:
+    """fill-form at 160x120 with no decoy boxes: six turns for the oracle, two spare."""
+    return DataSource(
+        name="desktop-form",
+        codebase="desktop",
+        agent=AgentBehaviour(max_turns=8, max_tokens=48, temperature=1.0, prompt_template="gui-agent-short"),
+        env=EnvSettings(width=160, height=120, tasks=["fill-form"], max_steps=8, params={"distractors": 0}),
+        group_size=8,
+    )
+
+
+def recipe() -> TrainJob.Config:
+    """Warm start on 512 demonstrations (3,072 turns), then 30 GRPO steps of 8 groups."""
+    return TrainJob.Config(
+        run_dir="runs/train_desktop_form",
+        tiny=TinyModel(rope_theta=10.0),
+        engine=EmbeddedEngine.Config(model_path="tiny", cpus=0, max_batch=32, torch_threads=2),
+        pool=HarnessPool.Config(budget=HostBudget(total_hosts=3, shares={"loop": 1, "desktop": 2})),
+        sources=[form_source()],
+        driver=Driver.Config(
+            groups_per_batch=8, max_staleness=1, max_groups_in_flight=8, prefetch_batches=1, hook=GroupHook.Config()
+        ),
+        trainer=TrainerGroup.Config(
+            cpus_per_worker=1,
+            trainer=Trainer.Config(
+                model_path="tiny",
+                lr=1e-3,
+                loss=PolicyLoss.Config(kind="grpo"),
+                micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
+            ),
+        ),
+        warm_start=WarmStart(episodes=512, steps=300, sequences_per_step=16, lr=1e-2, point_grid=7),
+        steps=30,
+        eval=Evaluation(episodes=100, every=10),
+        checkpoint_every=10,
+    )
+
+
+def small() -> TrainJob.Config:
+    """Every stage at CI size: 8 demonstrations, 2 warm-start steps, 2 RL steps of 2 groups of 4."""
+    config = recipe()
+    config.run_dir = "runs/train_desktop_form_small"
+    config.warm_start = WarmStart(episodes=8, steps=2, sequences_per_step=4, lr=1e-2, point_grid=7)
+    config.sources[0].group_size = 4
+    config.driver.groups_per_batch = 2
+    config.driver.hook.sampler.include_min = True  # an untrained policy fails everything: keep such groups
+    config.driver.hook.drop_zero_advantage = False
+    config.steps = 2
+    config.eval = Evaluation(episodes=2, every=0, screenshots=1)
+    config.checkpoint_every = 0
+    return config
