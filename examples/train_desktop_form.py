@@ -1,6 +1,6 @@
 """Train a GUI agent on a multi-turn desktop task: fill in a form, tick a box, submit.
 
-    vlrl train examples/train_desktop_form.py            # the real run (2 CPU cores: ~15 min, estimated)
+    vlrl train examples/train_desktop_form.py            # the real run (2 CPU cores: ~25 min, estimated)
     vlrl train examples/train_desktop_form.py:small      # a 2-step smoke run (CI, about a minute)
     vlrl plot runs/train_desktop_form                    # the plots and annotated episodes
 
@@ -13,7 +13,11 @@ copy the right string out of the goal into a ``type`` action; every earlier scre
 stays in its prompt, so an episode is one training sequence of ~500 tokens.
 
 The warm start's demonstrations are the oracle's six turns written as replies (clicks on the
-7-pixel grid, typed text verbatim); GRPO then trains on groups of 8 episodes per form.
+7-pixel grid, typed text verbatim); GRPO then trains on groups of 8 episodes per form. Measured
+(warm start alone, on a loaded 2-core machine, 32 held-out forms): after 120 steps on 256
+demonstrations the policy clicked every widget in order but typed names from other forms
+(success 0.00); after the recipe's 400 steps on 512, success 0.22 (10 min at ~1.5 s a step). RL
+needs that start: the sampler keeps only groups with mixed outcomes.
 """
 
 from vlrl.control.driver import Driver
@@ -61,7 +65,7 @@ def recipe() -> TrainJob.Config:
                 micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
             ),
         ),
-        warm_start=WarmStart(episodes=512, steps=300, sequences_per_step=16, lr=1e-2, point_grid=7),
+        warm_start=WarmStart(episodes=512, steps=400, sequences_per_step=16, lr=1e-2, point_grid=7),
         steps=30,
         eval=Evaluation(episodes=100, every=10),
         checkpoint_every=10,
