@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from vlrl.control.driver import Driver
+from vlrl.control.driver import Driver, DriverStalled
 from vlrl.control.grader import GraderRunner
 from vlrl.control.group_hook import GroupHook
 from vlrl.control.sampler import PassRateSampler
@@ -105,6 +105,25 @@ def test_failed_trajectories_fail_their_group_and_the_books_balance(parts):
     asyncio.run(main())
     book = driver.book
     assert book.failed == 1 and any("harness exploded" in r or "failed" in r for r in book.reasons)
+    assert _balanced(book) and store.stats().keys == 0
+
+
+def test_a_batch_that_never_fills_stops_the_driver_with_the_reasons(parts):
+    pool, store = parts
+    never = GroupHook.Config(sampler=PassRateSampler.Config(min_pass_rate=0.9))  # every group passes <= 0.5
+    config = Driver.Config(groups_per_batch=1, max_groups_in_flight=2, hook=never, stall_groups=5)
+    driver = Driver(config, [A], pool, store, tenant_factory=_factory())
+
+    async def main():
+        try:
+            with pytest.raises(DriverStalled, match=r"groups left unaccepted while batch 1 .*rejected: pass rate"):
+                await driver.next_batch(policy_version=0)
+        finally:
+            await driver.close()
+
+    asyncio.run(main())
+    book = driver.book
+    assert book.accepted == 0 and book.rejected >= 5
     assert _balanced(book) and store.stats().keys == 0
 
 

@@ -132,6 +132,10 @@ class ImageRefs:
         return keys
 
 
+class DriverStalled(RuntimeError):
+    """No batch fills: every finished group leaves unaccepted; the message names why."""
+
+
 class Driver:
     @dataclass(kw_only=True, slots=True)
     class Config:
@@ -155,6 +159,11 @@ class Driver:
 
         grader: GraderRunner.Config | None = None
         """Concurrency and retries of the group grader, when one is given to the driver."""
+
+        stall_groups: Annotated[int, Ge(1)] = 256
+        """Groups that may leave unaccepted (rejected, dropped, failed, stale) while one batch is
+        being filled before the driver stops with ``DriverStalled``: a policy that fails (or
+        solves) every task would otherwise roll out forever without a batch."""
 
         def quotas(self, sources: list[DataSource]) -> dict[str, int]:
             """Groups each source contributes to every batch."""
@@ -207,14 +216,28 @@ class Driver:
     async def next_batch(self, policy_version: int) -> Batch:
         """Run rollouts until every source has its share of accepted groups, then yield a batch."""
         self._version = policy_version
+        left_before = self._left()
         while True:
             self._drop_stale()
             if all(len(self._buffer[name]) >= quota for name, quota in self.quotas.items()):
                 groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
                 self._step += 1
                 return Batch(self._step, groups)
+            if self._left() - left_before >= self.config.stall_groups:
+                reasons = "; ".join(f"{n} x {r}" for r, n in self.book.reasons.most_common(3))
+                raise DriverStalled(
+                    f"driver: {self._left() - left_before} groups left unaccepted while batch {self._step + 1}"
+                    f" was being filled (most common: {reasons}). A policy that fails every task is rejected"
+                    " by the pass-rate sampler: warm-start it, accept all-fail groups"
+                    " (hook.sampler.include_min), or give easier tasks; the bound is driver.stall_groups"
+                )
             self._launch()
             await self._wait_for_progress()
+
+    def _left(self) -> int:
+        """Groups that left without being accepted so far."""
+        book = self.book
+        return book.rejected + book.dropped + book.failed + book.stale
 
     def consumed(self, batch: Batch) -> None:
         """The trainer is done with ``batch``: delete its keys (and images nobody needs any more)."""
