@@ -36,6 +36,8 @@ def test_every_source_reports_each_window_even_without_episodes():
     first = meter.take()
     assert first["rollout/desktop/episodes"] == 2 and first["rollout/desktop/pass_rate"] == 0.5
     assert first["rollout/web/episodes"] == 1 and first["rollout/failed"] == 1
+    assert first["rollout/desktop/turns"] == first["rollout/desktop/response_tokens"] / 4 == 1
+    assert first["rollout/desktop/reward"] == 0.5
     assert first["rollout/episodes"] == 3 and first["rollout/pass_rate"] == 2 / 3
     second = meter.take()  # nothing finished since: zeros, not missing keys
     assert second["rollout/desktop/episodes"] == second["rollout/web/episodes"] == 0

@@ -63,7 +63,8 @@ class RolloutMeter:
             out[f"rollout/{name}/episodes"] = t["episodes"]
             if t["episodes"]:
                 out[f"rollout/{name}/pass_rate"] = t["success"] / t["episodes"]
-                out[f"rollout/{name}/reward"] = t["reward"] / t["episodes"]
+                for key in ("reward", "turns", "response_tokens"):
+                    out[f"rollout/{name}/{key}"] = t[key] / t["episodes"]
         out["rollout/episodes"] = total["episodes"]
         out["rollout/failed"] = total["failed"]
         out["rollout/tokens_per_s"] = total["response_tokens"] / max(elapsed, 1e-9)
