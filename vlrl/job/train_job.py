@@ -42,19 +42,12 @@ from vlrl.job.metrics_log import METRICS_FILE, TB_DIR, MetricsLog, read_metrics
 from vlrl.job.plots import EPISODES_DIR, PLOTS_DIR
 from vlrl.job.progress import Progress
 from vlrl.job.run_folder import CHECKPOINTS, STATE_FILE, newest_checkpoint
-from vlrl.pool.harness_pool import HarnessPool
-from vlrl.pool.ray_runtime import RayRuntime
-from vlrl.pool.sources import DataSource, check_sources_have_pools
-from vlrl.rollout.client import InferenceClient
-from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
 from vlrl.rollout.loop_setup import LoopSetup
-from vlrl.store.ray_store import RayStore
+from vlrl.rollout.rollout_side import TINY, RolloutSide
 from vlrl.store.records import SeqMeta
-from vlrl.store.transferqueue_store import TransferQueueStore
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.trainer_group import TrainerGroup
 
-TINY = "tiny"
 SUMMARY_FILE = "summary.json"
 
 
@@ -107,38 +100,11 @@ class RunState:
 
 class TrainJob:
     @dataclass(kw_only=True, slots=True)
-    class Config:
+    class Config(RolloutSide):
         """An end-to-end RL run: rollouts on the Harness Pool, training, weight sync, evaluation."""
-
-        ray: RayRuntime = field(default_factory=RayRuntime)
-        """The Ray cluster to run on (a local one by default; ``ray.address`` joins a cluster)."""
-
-        model_path: Annotated[str, NonEmpty()] = TINY
-        """Qwen2-VL checkpoint folder the policy starts from, or 'tiny' to build an untrained tiny one."""
 
         tiny: TinyModel = field(default_factory=TinyModel)
         """How the tiny model is built when ``model_path='tiny'``."""
-
-        replicas: Annotated[int, Ge(1)] = 1
-        """Embedded engine replicas serving the Agent Loops."""
-
-        engine: EmbeddedEngine.Config | VLLMEngine.Config = field(
-            default_factory=lambda: EmbeddedEngine.Config(model_path=TINY, cpus=0)
-        )
-        """Engine replica settings (its model_path is replaced by the policy's): the embedded Hugging
-        Face engine (CPU or GPU), or vLLM on GPU nodes (``examples/train_click_vllm.py``)."""
-
-        client: InferenceClient.Config = field(default_factory=InferenceClient.Config)
-        """Retries and image shipping of each loop host's inference client."""
-
-        store: RayStore.Config | TransferQueueStore.Config = field(default_factory=RayStore.Config)
-        """Where trajectory payloads go (every trainer rank reads from it too)."""
-
-        pool: HarnessPool.Config = field(default_factory=HarnessPool.Config)
-        """Host budget and limits of the Harness Pool."""
-
-        sources: list[DataSource] = field(default_factory=lambda: [DataSource()])
-        """Data sources; each needs an env pool (a budget share) for its codebase."""
 
         driver: Driver.Config = field(default_factory=Driver.Config)
         """Batch shares, staleness, rollout concurrency and the accept-time hook."""
@@ -183,7 +149,7 @@ class TrainJob:
         """Write the PNG plots at the end (``vlrl plot RUN_DIR`` writes them on demand)."""
 
         def check(self) -> None:
-            check_sources_have_pools(self.sources, self.pool.budget.shares)
+            RolloutSide.check(self)  # (no zero-argument super() in a slots dataclass)
             engine_encoder = getattr(self.engine, "encoder", None)  # engines without the field run the tower
             if engine_encoder != self.trainer.trainer.encoder:
                 raise ConfigError(

@@ -14,62 +14,28 @@ import json
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
-from vlrl.config import Ge, NonEmpty
+from vlrl.config import Ge
 from vlrl.pool.harness_pool import HarnessPool
-from vlrl.pool.ray_runtime import RayRuntime
-from vlrl.pool.sources import DataSource, check_sources_have_pools
 from vlrl.rollout.agent_loop import AgentLoop
-from vlrl.rollout.client import InferenceClient
-from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.loop_setup import LoopSetup
-from vlrl.store.ray_store import RayStore
+from vlrl.rollout.rollout_side import TINY, RolloutSide
 from vlrl.store.records import SeqMeta
-from vlrl.store.transferqueue_store import TransferQueueStore
-
-TINY = "tiny"
 
 
 class PolicyRollout:
     @dataclass(kw_only=True, slots=True)
-    class Config:
+    class Config(RolloutSide):
         """Policy-driven episodes of every data source, payloads to the store."""
-
-        ray: RayRuntime = field(default_factory=RayRuntime)
-        """The Ray cluster to run on."""
-
-        model_path: Annotated[str, NonEmpty()] = TINY
-        """Qwen2-VL checkpoint folder, or 'tiny' to build an untrained tiny Qwen2-VL offline."""
-
-        replicas: Annotated[int, Ge(1)] = 1
-        """Embedded engine replicas behind every loop host's client."""
-
-        engine: EmbeddedEngine.Config = field(default_factory=lambda: EmbeddedEngine.Config(model_path=TINY, cpus=0))
-        """Engine replica settings (its model_path is replaced by this config's)."""
-
-        client: InferenceClient.Config = field(default_factory=InferenceClient.Config)
-        """Retries and image shipping of each loop host's inference client."""
-
-        store: RayStore.Config | TransferQueueStore.Config = field(default_factory=RayStore.Config)
-        """Where trajectory payloads go."""
-
-        pool: HarnessPool.Config = field(default_factory=HarnessPool.Config)
-        """Host budget and limits of the Harness Pool."""
-
-        sources: list[DataSource] = field(default_factory=lambda: [DataSource()])
-        """Data sources; each needs an env pool (a budget share) for its codebase."""
 
         groups_per_source: Annotated[int, Ge(1)] = 2
         """Groups (tasks) per source; each group runs the source's group_size trajectories."""
 
         seed: Annotated[int, Ge(0)] = 0
         """Task seed of the first group; group g uses seed + g."""
-
-        def check(self) -> None:
-            check_sources_have_pools(self.sources, self.pool.budget.shares)
 
         def build(self) -> PolicyRollout:
             return PolicyRollout(self)

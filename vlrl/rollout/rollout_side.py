@@ -1,0 +1,54 @@
+"""The rollout side of a run, shared by ``vlrl rollout`` (``PolicyRollout``) and ``vlrl train``
+(``TrainJob``): one set of fields, so a recipe's rollout settings read the same in both."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from vlrl.config import Ge, NonEmpty
+from vlrl.pool.harness_pool import HarnessPool
+from vlrl.pool.ray_runtime import RayRuntime
+from vlrl.pool.sources import DataSource, check_sources_have_pools
+from vlrl.rollout.client import InferenceClient
+from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
+from vlrl.store.ray_store import RayStore
+from vlrl.store.transferqueue_store import TransferQueueStore
+
+TINY = "tiny"
+"""``model_path`` that builds an untrained tiny Qwen2-VL offline (``rollout.tiny_model``)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class RolloutSide:
+    """Ray, the policy's engine replicas, the payload store and the Harness Pool with its sources."""
+
+    ray: RayRuntime = field(default_factory=RayRuntime)
+    """The Ray cluster to run on (a local one by default; ``ray.address`` joins a cluster)."""
+
+    model_path: Annotated[str, NonEmpty()] = TINY
+    """Qwen2-VL checkpoint folder of the policy, or 'tiny' to build an untrained tiny one offline."""
+
+    replicas: Annotated[int, Ge(1)] = 1
+    """Engine replicas serving the Agent Loops (behind every loop host's client)."""
+
+    engine: EmbeddedEngine.Config | VLLMEngine.Config = field(
+        default_factory=lambda: EmbeddedEngine.Config(model_path=TINY, cpus=0)
+    )
+    """Engine replica settings (its model_path is replaced by the policy's): the embedded Hugging
+    Face engine (CPU or GPU), or vLLM on GPU nodes (``examples/train_click_vllm.py``)."""
+
+    client: InferenceClient.Config = field(default_factory=InferenceClient.Config)
+    """Retries and image shipping of each loop host's inference client."""
+
+    store: RayStore.Config | TransferQueueStore.Config = field(default_factory=RayStore.Config)
+    """Where trajectory payloads go (in training, every trainer rank reads from it too)."""
+
+    pool: HarnessPool.Config = field(default_factory=HarnessPool.Config)
+    """Host budget and limits of the Harness Pool."""
+
+    sources: list[DataSource] = field(default_factory=lambda: [DataSource()])
+    """Data sources; each needs an env pool (a budget share) for its codebase."""
+
+    def check(self) -> None:
+        check_sources_have_pools(self.sources, self.pool.budget.shares)
