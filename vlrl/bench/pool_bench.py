@@ -18,6 +18,7 @@ import asyncio
 import os
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -118,24 +119,32 @@ class RaySampler:
 
 
 def ray_processes() -> dict[str, float]:
-    """Descriptors, memory and count of this machine's Ray processes (workers, raylet, GCS)."""
-    gcs_fds = total_fds = processes = 0
-    rss = 0
+    """Descriptors, memory and count of the Ray processes this process started (its GCS, raylet
+    and workers: its descendants), so another Ray on the machine is never counted."""
+    status: dict[int, str] = {}
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
-            if b"ray" not in cmdline or int(proc.name) == os.getpid():
+        if proc.name.isdigit():
+            try:
+                status[int(proc.name)] = (proc / "status").read_text()
+            except (FileNotFoundError, PermissionError, ProcessLookupError):
                 continue
-            fds = len(os.listdir(proc / "fd"))
-            status = (proc / "status").read_text()
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, text in status.items():
+        children[next((int(line.split()[1]) for line in text.splitlines() if line.startswith("PPid:")), 0)].append(pid)
+    gcs_fds = total_fds = processes = rss = 0
+    stack = list(children[os.getpid()])
+    while stack:
+        pid = stack.pop()
+        stack.extend(children[pid])
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            fds = len(os.listdir(f"/proc/{pid}/fd"))
         except (FileNotFoundError, PermissionError, ProcessLookupError):
             continue
-        rss += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+        rss += next((int(line.split()[1]) for line in status[pid].splitlines() if line.startswith("VmRSS:")), 0)
         total_fds += fds
         processes += 1
-        if b"gcs_server" in cmdline:
+        if cmdline[0].endswith(b"gcs_server"):
             gcs_fds = fds
     return {"gcs_fds": gcs_fds, "total_fds": total_fds, "rss_mb": rss / 1024, "processes": processes}
 
