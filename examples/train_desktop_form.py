@@ -20,18 +20,15 @@ demonstrations the policy clicked every widget in order but typed names from oth
 needs that start: the sampler keeps only groups with mixed outcomes.
 """
 
-from vlrl.control.driver import Driver
-from vlrl.control.group_hook import GroupHook
+from pathlib import Path
+
+from vlrl.config import load_recipe
 from vlrl.job.demos import WarmStart
 from vlrl.job.evaluate import Evaluation
-from vlrl.job.train_job import TinyModel, TrainJob
-from vlrl.pack import MicroBatchPlanner
-from vlrl.pool import HarnessPool, HostBudget
+from vlrl.job.train_job import TrainJob
 from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
-from vlrl.rollout.engine import EmbeddedEngine
-from vlrl.train.loss import PolicyLoss
-from vlrl.train.trainer import Trainer
-from vlrl.train.trainer_group import TrainerGroup
+
+MAIN_JOB = Path(__file__).with_name("train_click.py")
 
 
 def form_source() -> DataSource:
@@ -46,30 +43,16 @@ def form_source() -> DataSource:
 
 
 def recipe() -> TrainJob.Config:
-    """Warm start on 512 demonstrations (3,072 turns), then 30 GRPO steps of 8 groups."""
-    return TrainJob.Config(
-        run_dir="runs/train_desktop_form",
-        tiny=TinyModel(rope_theta=10.0),
-        engine=EmbeddedEngine.Config(model_path="tiny", cpus=0, max_batch=32, torch_threads=2),
-        pool=HarnessPool.Config(budget=HostBudget(total_hosts=3, shares={"loop": 1, "desktop": 2})),
-        sources=[form_source()],
-        driver=Driver.Config(
-            groups_per_batch=8, max_staleness=1, max_groups_in_flight=8, prefetch_batches=1, hook=GroupHook.Config()
-        ),
-        trainer=TrainerGroup.Config(
-            cpus_per_worker=1,
-            trainer=Trainer.Config(
-                model_path="tiny",
-                lr=1e-3,
-                loss=PolicyLoss.Config(kind="grpo"),
-                micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
-            ),
-        ),
-        warm_start=WarmStart(episodes=512, steps=400, sequences_per_step=16, lr=1e-2, point_grid=7),
-        steps=30,
-        eval=Evaluation(episodes=100, every=10),
-        checkpoint_every=10,
-    )
+    """The main job's settings on fill-form: warm start on 512 demonstrations (3,072 turns), then
+    30 GRPO steps of 8 groups."""
+    config = load_recipe(f"{MAIN_JOB}:recipe")
+    config.run_dir = "runs/train_desktop_form"
+    config.sources = [form_source()]
+    config.driver.max_groups_in_flight = 8
+    config.warm_start = WarmStart(episodes=512, steps=400, sequences_per_step=16, lr=1e-2, point_grid=7)
+    config.steps = 30
+    config.eval = Evaluation(episodes=100, every=10)
+    return config
 
 
 def small() -> TrainJob.Config:

@@ -14,20 +14,17 @@ clock runs while a batch of policies decodes on a loaded CPU. A warm start on or
 teaches the reply format and what each target looks like; GRPO then trains on groups of 8.
 """
 
-from vlrl.control.driver import Driver
-from vlrl.control.group_hook import GroupHook
+from pathlib import Path
+
+from vlrl.config import load_recipe
 from vlrl.job.demos import WarmStart
 from vlrl.job.evaluate import Evaluation
-from vlrl.job.train_job import TinyModel, TrainJob
-from vlrl.pack import MicroBatchPlanner
-from vlrl.pool import HarnessPool, HostBudget
+from vlrl.job.train_job import TrainJob
+from vlrl.pool import HostBudget
 from vlrl.pool.host_config import HostConfig
 from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
-from vlrl.rollout.engine import EmbeddedEngine
-from vlrl.train.loss import PolicyLoss
-from vlrl.train.trainer import Trainer
-from vlrl.train.trainer_group import TrainerGroup
 
+MAIN_JOB = Path(__file__).with_name("train_click.py")
 CLICK_TASKS = ["click-test", "focus-text", "click-dialog"]
 """One click on a target found by its look, not its label."""
 
@@ -44,33 +41,18 @@ def miniwob_source() -> DataSource:
 
 
 def recipe() -> TrainJob.Config:
-    """Warm start on 384 demonstrations, then 40 GRPO steps of 8 groups of 8."""
-    return TrainJob.Config(
-        run_dir="runs/train_miniwob",
-        tiny=TinyModel(rope_theta=10.0),
-        engine=EmbeddedEngine.Config(model_path="tiny", cpus=0, max_batch=32, torch_threads=2),
-        pool=HarnessPool.Config(
-            budget=HostBudget(total_hosts=3, shares={"loop": 1, "miniwob": 2}),
-            env_host=HostConfig(max_tenants=16),  # Chromium + ChromeDriver processes per env host
-        ),
-        sources=[miniwob_source()],
-        driver=Driver.Config(
-            groups_per_batch=8, max_staleness=1, max_groups_in_flight=8, prefetch_batches=1, hook=GroupHook.Config()
-        ),
-        trainer=TrainerGroup.Config(
-            cpus_per_worker=1,
-            trainer=Trainer.Config(
-                model_path="tiny",
-                lr=1e-3,
-                loss=PolicyLoss.Config(kind="grpo"),
-                micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
-            ),
-        ),
-        warm_start=WarmStart(episodes=384, steps=250, sequences_per_step=32, lr=1e-2, point_grid=7),
-        steps=40,
-        eval=Evaluation(episodes=96, every=10),
-        checkpoint_every=10,
-    )
+    """The main job's settings on three MiniWoB++ click tasks: warm start on 384 demonstrations,
+    then 40 GRPO steps of 8 groups of 8."""
+    config = load_recipe(f"{MAIN_JOB}:recipe")
+    config.run_dir = "runs/train_miniwob"
+    config.sources = [miniwob_source()]
+    config.pool.budget = HostBudget(total_hosts=3, shares={"loop": 1, "miniwob": 2})
+    config.pool.env_host = HostConfig(max_tenants=16)  # Chromium + ChromeDriver processes per env host
+    config.driver.max_groups_in_flight = 8
+    config.warm_start = WarmStart(episodes=384, steps=250, sequences_per_step=32, lr=1e-2, point_grid=7)
+    config.steps = 40
+    config.eval = Evaluation(episodes=96, every=10)
+    return config
 
 
 def small() -> TrainJob.Config:

@@ -18,19 +18,17 @@ Browser steps take ~0.1 s each but every instance is a Chromium process: ``pool.
 caps the instances per env host.
 """
 
-from vlrl.control.driver import Driver
-from vlrl.control.group_hook import GroupHook
+from pathlib import Path
+
+from vlrl.config import load_recipe
 from vlrl.job.demos import WarmStart
 from vlrl.job.evaluate import Evaluation
-from vlrl.job.train_job import TinyModel, TrainJob
-from vlrl.pack import MicroBatchPlanner
-from vlrl.pool import HarnessPool, HostBudget
+from vlrl.job.train_job import TrainJob
+from vlrl.pool import HostBudget
 from vlrl.pool.host_config import HostConfig
 from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
-from vlrl.rollout.engine import EmbeddedEngine
-from vlrl.train.loss import PolicyLoss
-from vlrl.train.trainer import Trainer
-from vlrl.train.trainer_group import TrainerGroup
+
+MAIN_JOB = Path(__file__).with_name("train_click.py")
 
 
 def web_source() -> DataSource:
@@ -45,33 +43,18 @@ def web_source() -> DataSource:
 
 
 def recipe() -> TrainJob.Config:
-    """Warm start on 256 demonstrations, then 20 GRPO steps of 8 groups of 4."""
-    return TrainJob.Config(
-        run_dir="runs/train_web_app",
-        tiny=TinyModel(rope_theta=10.0),
-        engine=EmbeddedEngine.Config(model_path="tiny", cpus=0, max_batch=32, torch_threads=2),
-        pool=HarnessPool.Config(
-            budget=HostBudget(total_hosts=3, shares={"loop": 1, "browser": 2}),
-            env_host=HostConfig(max_tenants=8),  # Chromium processes per env host
-        ),
-        sources=[web_source()],
-        driver=Driver.Config(
-            groups_per_batch=8, max_staleness=1, max_groups_in_flight=8, prefetch_batches=1, hook=GroupHook.Config()
-        ),
-        trainer=TrainerGroup.Config(
-            cpus_per_worker=1,
-            trainer=Trainer.Config(
-                model_path="tiny",
-                lr=1e-3,
-                loss=PolicyLoss.Config(kind="grpo"),
-                micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
-            ),
-        ),
-        warm_start=WarmStart(episodes=256, steps=200, sequences_per_step=8, lr=1e-2, point_grid=7),
-        steps=20,
-        eval=Evaluation(episodes=32, every=10),
-        checkpoint_every=10,
-    )
+    """The main job's settings on the form-fill app: warm start on 256 demonstrations, then 20
+    GRPO steps of 8 groups of 4."""
+    config = load_recipe(f"{MAIN_JOB}:recipe")
+    config.run_dir = "runs/train_web_app"
+    config.sources = [web_source()]
+    config.pool.budget = HostBudget(total_hosts=3, shares={"loop": 1, "browser": 2})
+    config.pool.env_host = HostConfig(max_tenants=8)  # Chromium processes per env host
+    config.driver.max_groups_in_flight = 8
+    config.warm_start = WarmStart(episodes=256, steps=200, sequences_per_step=8, lr=1e-2, point_grid=7)
+    config.steps = 20
+    config.eval = Evaluation(episodes=32, every=10)
+    return config
 
 
 def small() -> TrainJob.Config:
