@@ -26,7 +26,7 @@ import torch
 from encoders import registry
 from encoders.protocol import EncoderError, VisionEncoder
 from vlrl.config import Ge, NonEmpty
-from vlrl.mm import PatchRule, describe_image
+from vlrl.mm import PatchRule, describe_image, patch_rule_of
 
 ENCODER_DIR = "encoder"
 """Folder of a policy checkpoint (``hf/encoder/``) holding the plug-in's ``save_pretrained`` weights."""
@@ -58,6 +58,14 @@ class EncoderSpec:
         resolved = ResolvedEncoder(self, registry.resolve(self.name))
         check_end_to_end(resolved.build(), rule, hidden_size)
         return resolved
+
+    def resolve_for(self, model_path: str | Path) -> ResolvedEncoder:
+        """``resolve`` against the policy checkpoint at ``model_path``: its processor's patch rule
+        and its LLM's width."""
+        from transformers import AutoConfig, AutoProcessor
+
+        width = AutoConfig.from_pretrained(model_path).get_text_config().hidden_size
+        return self.resolve(patch_rule_of(AutoProcessor.from_pretrained(model_path)), width)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 from encoders.spec import STATE_PREFIX
 from tests.train.trainer_workload import make_workload
 from vlrl.config import load_recipe, validate
-from vlrl.mm import PatchRule, patch_rule_of, store_image
+from vlrl.mm import PatchRule, patch_rule_of
 from vlrl.pack import MicroBatchPlanner
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.protocol import GenerateRequest, ImagePart
@@ -41,11 +41,7 @@ def spec():
 def stored(ray_session, tiny_path):
     work = make_workload(tiny_path, groups=1, members=2)
     config = RayStore.Config(namespace=f"custom-encoder-{uuid.uuid4().hex[:8]}")
-    store = config.build()
-    for pixels in work.images.values():
-        store_image(store, pixels)
-    for key, fields in work.rows.items():
-        store.put(key, fields)
+    store = work.store(config.build())
     yield work, config
     store.destroy()
 

@@ -13,7 +13,6 @@ from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
 from tests.train.trainer_workload import make_workload, reference_token_logprobs
 from vlrl.config import validate
-from vlrl.mm import store_image
 from vlrl.pack import MicroBatchPlanner
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.protocol import GenerateRequest, ImagePart
@@ -29,11 +28,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 def stored(ray_session, tiny_path):
     work = make_workload(tiny_path)
     config = RayStore.Config(namespace=f"trainer-group-{uuid.uuid4().hex[:8]}")
-    store = config.build()
-    for pixels in work.images.values():
-        store_image(store, pixels)
-    for key, fields in work.rows.items():
-        store.put(key, fields)
+    store = work.store(config.build())
     yield work, config
     store.destroy()
 

@@ -17,7 +17,7 @@ from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
 from tests.records import seq_meta
 from vlrl.mm import PIXELS_FIELD, patch_rule_of, store_image
-from vlrl.store import LocalStore
+from vlrl.store import LocalStore, PayloadStore
 from vlrl.store.records import SeqMeta
 from vlrl.train.loss import Normaliser, PolicyLoss, token_logprobs_and_entropy
 
@@ -30,8 +30,9 @@ class Workload:
     rows: dict[str, dict[str, np.ndarray]]
     images: dict[str, np.ndarray]  # store key -> pixels
 
-    def store(self) -> LocalStore:
-        store = LocalStore()
+    def store(self, store: PayloadStore | None = None) -> PayloadStore:
+        """``store`` (a fresh ``LocalStore`` by default) holding every image and row."""
+        store = LocalStore() if store is None else store
         for pixels in self.images.values():
             store_image(store, pixels)
         for key, fields in self.rows.items():

@@ -29,12 +29,10 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from transformers import AutoConfig, AutoProcessor
 
 from encoders.protocol import VisionEncoder
 from encoders.spec import ENCODER_DIR, STATE_PREFIX, EncoderSpec, ResolvedEncoder
 from vlrl.config import Ge, Gt, NonEmpty
-from vlrl.mm import patch_rule_of
 from vlrl.pack import Layout, MicroBatchPlanner, PackedWindow, new_tp_group, packer_for_rank
 from vlrl.pack.packed import PAD_SEGMENT_ID
 from vlrl.store.records import SeqMeta
@@ -88,10 +86,7 @@ class Trainer:
         def resolved_encoder(self) -> ResolvedEncoder | None:
             """``encoder`` resolved and checked against ``model_path``'s patch rule and width, in
             this process (where a recipe registered it); None for the checkpoint's tower."""
-            if self.encoder is None:
-                return None
-            width = AutoConfig.from_pretrained(self.model_path).get_text_config().hidden_size
-            return self.encoder.resolve(patch_rule_of(AutoProcessor.from_pretrained(self.model_path)), width)
+            return None if self.encoder is None else self.encoder.resolve_for(self.model_path)
 
     def __init__(self, config: Trainer.Config, *, store: Any, layout: Layout, encoder: VisionEncoder | None = None) -> None:
         self.config = config

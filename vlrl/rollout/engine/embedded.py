@@ -15,11 +15,9 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import ray
 import torch
-from transformers import AutoConfig, AutoProcessor
 
 from encoders.spec import EncoderSpec, ResolvedEncoder
 from vlrl.config import ConfigError, Ge, Gt, NonEmpty
-from vlrl.mm import patch_rule_of
 from vlrl.rollout.engine.core import EngineCore
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
 
@@ -84,10 +82,7 @@ class EmbeddedEngine:
         def resolved_encoder(self) -> ResolvedEncoder | None:
             """``encoder`` resolved and checked against ``model_path``'s patch rule and width, in
             this process (where a recipe registered it); None for the checkpoint's tower."""
-            if self.encoder is None:
-                return None
-            width = AutoConfig.from_pretrained(self.model_path).get_text_config().hidden_size
-            return self.encoder.resolve(patch_rule_of(AutoProcessor.from_pretrained(self.model_path)), width)
+            return None if self.encoder is None else self.encoder.resolve_for(self.model_path)
 
         def build(self) -> Any:
             """Start the actor; returns its Ray handle (call ``.generate.remote(request)`` and so on).
