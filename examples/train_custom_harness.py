@@ -3,14 +3,21 @@
     vlrl train examples/train_custom_harness.py          # warm start + GRPO on the harness below
     vlrl train examples/train_custom_harness.py:small    # CI size
 
-``ColorTiles`` puts three coloured tiles at random places on a grey screen and names one colour
-in the goal ("Click the red tile."); clicking inside that tile solves the episode. It is a
+``ColorTiles`` puts up to four coloured tiles at random places on a grey screen and names one
+colour in the goal ("Click the red tile."); clicking inside that tile solves the episode. It is a
 complete harness (the contract of ``vlrl.harness.Harness``: deterministic ``reset`` by seed,
 typed actions checked against the screen, state-checked reward, an oracle for warm-start
 demonstrations) and passes ``vlrl.harness.check_harness``. Registering it makes the id usable in
 a ``DataSource`` and a budget share; the class travels to the env hosts (Ray actors) by value,
 because recipe files are shipped that way. A harness in an installed package registers through
 an entry point instead (docs/harnesses.md).
+
+The recipe trains on one 40-pixel tile per screen (``tiles_source``). Measured on 2 cores (200
+held-out episodes per point, standard error ~0.03): 0.00 -> 0.31 after the 150-step warm start
+-> 0.435 (step 10) -> 0.51 after 30 GRPO steps, random clicks 0.06, 184 s. The tiny model
+(hidden size 64, 2 layers) did not learn harder settings in 250 warm-start steps: one 28-pixel
+tile (about one image token) or three tiles to tell apart by the named colour stayed at chance
+(0.03-0.07); ``tiles_source(tiles=3, tile_size=28)`` is that setting for a larger policy.
 """
 
 from pathlib import Path
@@ -100,18 +107,18 @@ class ColorTiles(Harness):
 register("color-tiles", ColorTiles)
 
 
-def tiles_source() -> DataSource:
+def tiles_source(tiles: int = 1, tile_size: int = 40) -> DataSource:
     return DataSource(
         name="color-tiles",
         codebase="color-tiles",
         agent=AgentBehaviour(max_turns=1, max_tokens=40, temperature=1.0, prompt_template="gui-agent-short"),
-        env=EnvSettings(width=160, height=120),
+        env=EnvSettings(width=160, height=120, params={"tiles": tiles, "tile_size": tile_size}),
         group_size=8,
     )
 
 
 def recipe() -> TrainJob.Config:
-    """The main job's settings on this harness: warm start, then GRPO (about 6 min on 2 cores)."""
+    """The main job's settings on this harness: a shorter warm start, then 30 GRPO steps (~3 min)."""
     config = load_recipe(f"{MAIN_JOB}:recipe")
     config.run_dir = "runs/train_custom_harness"
     config.sources = [tiles_source()]
