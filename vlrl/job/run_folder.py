@@ -8,6 +8,8 @@ from pathlib import Path
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.json"
 """Written last into a checkpoint folder: a folder without it is incomplete."""
+SUMMARY_FILE = "summary.json"
+"""The run's JSON summary, written at its end."""
 
 
 def newest_checkpoint(run_dir: Path) -> Path | None:

@@ -26,7 +26,7 @@ import random
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,19 +36,17 @@ from vlrl.control.teacher import TeacherScorer
 from vlrl.job.action_text import FORMATS
 from vlrl.job.demos import DemoEpisode, WarmStart
 from vlrl.job.distill import Teacher
-from vlrl.job.evaluate import Annotator, EvalResult, Evaluation, chance, evaluate
-from vlrl.job.meters import RolloutMeter, batch_metrics, book_metrics
-from vlrl.job.metrics_log import METRICS_FILE, TB_DIR, MetricsLog, read_metrics
-from vlrl.job.plots import EPISODES_DIR, PLOTS_DIR
+from vlrl.job.evaluate import EvalResult, Evaluation, chance, evaluate
+from vlrl.job.meters import batch_metrics, book_metrics
+from vlrl.job.metrics_log import read_metrics
+from vlrl.job.plots import EPISODES_DIR
 from vlrl.job.progress import Progress
-from vlrl.job.run_folder import CHECKPOINTS, STATE_FILE, newest_checkpoint
-from vlrl.rollout.loop_setup import LoopSetup
+from vlrl.job.run_folder import SUMMARY_FILE
+from vlrl.job.session import JobSession, RunState
 from vlrl.rollout.rollout_side import TINY, RolloutSide
 from vlrl.store.records import SeqMeta
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.trainer_group import TrainerGroup
-
-SUMMARY_FILE = "summary.json"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -78,24 +76,6 @@ class TinyModel:
         return build_tiny_qwen2vl(
             path, seed=self.seed, min_pixels=self.min_pixels, max_pixels=self.max_pixels, rope_theta=self.rope_theta
         )
-
-
-@dataclass(slots=True)
-class RunState:
-    """Where a run stands; written next to every checkpoint (``state.json``) for ``resume``."""
-
-    step: int = 0
-    """RL steps done."""
-    version: int = 0
-    """Weight pushes to the engines so far (the policy version of the next rollouts)."""
-    generated: int = 0
-    """Training groups started so far (their task seeds are not used again after a resume)."""
-    policy: str = ""
-    """Checkpoint folder the RL trainer is built from (the warm start's, or the base model)."""
-    checkpoint: str = ""
-    """Last RL checkpoint, '' before the first."""
-    success: dict[str, float] = field(default_factory=dict)
-    """Held-out success by evaluation tag ('chance', 'base', 'warm', 'step10', ...)."""
 
 
 class TrainJob:
@@ -203,7 +183,7 @@ class TrainJob:
         started = time.perf_counter()
         started_ray = config.ray.ensure()
         try:
-            with _Session(config) as session:
+            with JobSession(config) as session:
                 summary = asyncio.run(self._main(session, started))
         finally:
             if started_ray:
@@ -213,7 +193,7 @@ class TrainJob:
 
     # -- the stages -------------------------------------------------------------------------
 
-    async def _main(self, s: _Session, started: float) -> dict[str, Any]:
+    async def _main(self, s: JobSession, started: float) -> dict[str, Any]:
         config = self.config
         async with s.progress:
             state = s.resumed_state() if config.resume else None
@@ -234,7 +214,7 @@ class TrainJob:
             summary["plots"] = [str(p) for p in plot_run(s.run_dir)]
         return summary
 
-    async def _warm_start(self, s: _Session, state: RunState) -> None:
+    async def _warm_start(self, s: JobSession, state: RunState) -> None:
         """Fit oracle demonstrations with the sft loss; the RL stage starts from the result."""
         ws = self.config.warm_start
         s.progress.set(phase="warm-start")
@@ -264,7 +244,7 @@ class TrainJob:
         s.write_state(path, state)
         await self._evaluate(s, state, "warm")
 
-    async def _demonstrations(self, s: _Session, ws: WarmStart) -> list[SeqMeta]:
+    async def _demonstrations(self, s: JobSession, ws: WarmStart) -> list[SeqMeta]:
         jobs = []
         for source in self.config.sources:
             for k in range(ws.episodes):
@@ -279,7 +259,7 @@ class TrainJob:
             raise RuntimeError(f"warm start: no demonstration succeeded ({dict(dropped)}); set warm_start=None")
         return demos
 
-    async def _rl(self, s: _Session, state: RunState) -> None:
+    async def _rl(self, s: JobSession, state: RunState) -> None:
         config = self.config
         if state.step >= config.steps:
             return
@@ -306,7 +286,7 @@ class TrainJob:
         finally:
             group.shutdown()
 
-    async def _rl_step(self, s: _Session, state: RunState, driver: Driver, group: TrainerGroup) -> None:
+    async def _rl_step(self, s: JobSession, state: RunState, driver: Driver, group: TrainerGroup) -> None:
         t0 = time.perf_counter()
         batch = await driver.next_batch(state.version)
         t1 = time.perf_counter()
@@ -337,7 +317,7 @@ class TrainJob:
         if should_evaluate(state.step, self.config.eval.every, self.config.steps):
             await self._evaluate(s, state, f"step{state.step}")
 
-    async def _checkpoint(self, s: _Session, state: RunState, group: TrainerGroup) -> None:
+    async def _checkpoint(self, s: JobSession, state: RunState, group: TrainerGroup) -> None:
         """Save the trainer and the run state; the previous RL checkpoint is removed."""
         path = s.checkpoint_dir(_step_name(state.step))
         await asyncio.to_thread(group.save, path, {"step": state.step, "version": state.version})
@@ -346,7 +326,7 @@ class TrainJob:
         if previous and Path(previous).name.startswith("step-") and Path(previous) != path:
             shutil.rmtree(previous, ignore_errors=True)
 
-    async def _evaluate(self, s: _Session, state: RunState, tag: str) -> EvalResult:
+    async def _evaluate(self, s: JobSession, state: RunState, tag: str) -> EvalResult:
         config = self.config
         phase = s.progress.fields["phase"]
         s.progress.set(phase=f"eval {tag}")
@@ -361,7 +341,7 @@ class TrainJob:
         s.progress.show()
         return result
 
-    async def _maybe_chance(self, s: _Session, state: RunState) -> None:
+    async def _maybe_chance(self, s: JobSession, state: RunState) -> None:
         if not self.config.eval.chance:
             return
         per_source = await chance(s.pool, self.config.sources, self.config.eval)
@@ -390,7 +370,7 @@ def _step_name(step: int) -> str:
     return f"step-{step:06d}"
 
 
-def _summary(config: TrainJob.Config, state: RunState, s: _Session, wall_s: float) -> dict[str, Any]:
+def _summary(config: TrainJob.Config, state: RunState, s: JobSession, wall_s: float) -> dict[str, Any]:
     records = read_metrics(s.run_dir)
     evals = [r for r in records if r.get("phase") == "eval" and "eval/success" in r]
     first = next((r for r in evals if r.get("tag") == "base"), evals[0] if evals else {})
@@ -426,121 +406,3 @@ def _first(records: list[dict[str, Any]], key: str) -> Any:
 def book_metrics_last(records: list[dict[str, Any]]) -> dict[str, Any]:
     rl = [r for r in records if r.get("phase") == "rl"]
     return {k.removeprefix("groups/"): v for k, v in rl[-1].items() if k.startswith("groups/")} if rl else {}
-
-
-class _Session:
-    """What a run holds while it lasts: run folder, model, engines, store, pool, logs; all of it
-    is torn down (actors ended, store destroyed) when the ``with`` block ends."""
-
-    def __init__(self, config: TrainJob.Config) -> None:
-        self.config = config
-        self.run_dir = Path(config.run_dir).resolve()
-        self.engine_version = 0
-
-    def __enter__(self) -> _Session:
-        import ray
-        from transformers import AutoProcessor
-
-        from vlrl.mm import patch_rule_of
-
-        config = self.config
-        if not config.resume:
-            self._clear()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.model_path = self._model()
-        processor = AutoProcessor.from_pretrained(self.model_path)
-        self.annotator = Annotator(processor.tokenizer, patch_rule_of(processor))
-        self.log = MetricsLog(self.run_dir, tensorboard=config.tensorboard)
-        self.progress = Progress(config.progress, total_steps=config.steps)
-        engine_config = replace(config.engine, model_path=self.model_path)
-        self.engines = [engine_config.build() for _ in range(config.replicas)]
-        self.teacher = None
-        self.store = config.store.build()
-        try:
-            if config.teacher is not None:
-                self.teacher = config.teacher.start(self.model_path)
-            loop_setup = LoopSetup(self.model_path, tuple(self.engines), self.store, config.client)
-            self.pool = config.pool.build(loop_setup=loop_setup)
-        except BaseException:
-            self._end_engines_and_store(ray)
-            raise
-        self.meter = RolloutMeter(self.pool, [source.name for source in config.sources])
-        self.probe(None)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        import ray
-
-        try:
-            self.pool.shutdown()
-        finally:
-            self._end_engines_and_store(ray)
-            self.log.close()
-
-    def _end_engines_and_store(self, ray: Any) -> None:
-        for engine in [*self.engines, *([self.teacher] if self.teacher is not None else [])]:
-            ray.kill(engine)
-        self.store.destroy()
-
-    def _clear(self) -> None:
-        """A fresh run: remove what an earlier run in this folder left (only the job's own files)."""
-        for name in (CHECKPOINTS, TB_DIR, EPISODES_DIR, PLOTS_DIR, "model"):
-            shutil.rmtree(self.run_dir / name, ignore_errors=True)
-        for name in (METRICS_FILE, SUMMARY_FILE):
-            (self.run_dir / name).unlink(missing_ok=True)
-
-    def _model(self) -> str:
-        if self.config.model_path != TINY:
-            return self.config.model_path
-        path = self.run_dir / "model"
-        if not (path / "config.json").exists():
-            self.config.tiny.build(path)
-        return str(path)
-
-    # -- trainer, checkpoints, state
-
-    def trainer_group(self, model_path: str, *, lr: float | None = None, loss: PolicyLoss.Config | None = None) -> TrainerGroup:
-        base = self.config.trainer.trainer
-        trainer = replace(base, model_path=model_path, lr=base.lr if lr is None else lr, loss=base.loss if loss is None else loss)
-        return replace(self.config.trainer, trainer=trainer).build(store_config=self.config.store)
-
-    async def push_weights(self, group: TrainerGroup, version: int) -> None:
-        await asyncio.to_thread(group.push_weights, self.engines, version)
-        self.engine_version = version
-
-    def checkpoint_dir(self, name: str) -> Path:
-        path = self.run_dir / CHECKPOINTS / name
-        shutil.rmtree(path, ignore_errors=True)
-        return path
-
-    def write_state(self, path: Path, state: RunState) -> None:
-        """Written last: a checkpoint folder without it is incomplete and never resumed from."""
-        (path / STATE_FILE).write_text(json.dumps({
-            "step": state.step, "version": state.version, "generated": state.generated,
-            "policy": state.policy, "checkpoint": state.checkpoint, "success": state.success,
-        }, indent=2))  # fmt: skip
-
-    def resumed_state(self) -> RunState | None:
-        """The state of the newest complete checkpoint, or None (then the run starts afresh)."""
-        newest = newest_checkpoint(self.run_dir)
-        return None if newest is None else RunState(**json.loads((newest / STATE_FILE).read_text()))
-
-    # -- store and what the progress line shows
-
-    def delete(self, metas: list[SeqMeta]) -> None:
-        self.store.delete([m.key for m in metas], missing_ok=True)
-        self.store.delete(sorted({item.store_key for m in metas for item in m.images}), missing_ok=True)
-
-    def store_metrics(self) -> dict[str, float]:
-        stats = self.store.stats()
-        return {"store/bytes": stats.bytes, "store/keys": stats.keys}
-
-    def probe(self, driver: Driver | None) -> None:
-        def figures() -> dict[str, Any]:
-            stats = self.store.stats()
-            out = {"in_flight": self.pool.book.in_flight, "store_bytes": stats.bytes, "store_keys": stats.keys}
-            if driver is not None:
-                out.update({k: v for k, v in driver.book.report().items() if k != "reasons"})
-            return out
-
-        self.progress.probe = figures

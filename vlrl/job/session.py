@@ -1,0 +1,167 @@
+"""What a ``vlrl train`` run holds while it lasts, and where it stands.
+
+``JobSession`` builds and tears down the run's resources (run folder, model, engines, an OPD
+teacher, store, Harness Pool, logs, the progress line) and offers the job what it needs from
+them: trainer groups, weight pushes, checkpoint folders, store clean-up and figures.
+``RunState`` is what ``state.json`` next to every checkpoint records for ``--resume``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from vlrl.control.driver import Driver
+from vlrl.job.evaluate import Annotator
+from vlrl.job.meters import RolloutMeter
+from vlrl.job.metrics_log import METRICS_FILE, TB_DIR, MetricsLog
+from vlrl.job.plots import EPISODES_DIR, PLOTS_DIR
+from vlrl.job.progress import Progress
+from vlrl.job.run_folder import CHECKPOINTS, STATE_FILE, SUMMARY_FILE, newest_checkpoint
+from vlrl.rollout.loop_setup import LoopSetup
+from vlrl.rollout.rollout_side import TINY
+from vlrl.store.records import SeqMeta
+from vlrl.train.loss import PolicyLoss
+from vlrl.train.trainer_group import TrainerGroup
+
+
+@dataclass(slots=True)
+class RunState:
+    """Where a run stands; written next to every checkpoint (``state.json``) for ``resume``."""
+
+    step: int = 0
+    """RL steps done."""
+    version: int = 0
+    """Weight pushes to the engines so far (the policy version of the next rollouts)."""
+    generated: int = 0
+    """Training groups started so far (their task seeds are not used again after a resume)."""
+    policy: str = ""
+    """Checkpoint folder the RL trainer is built from (the warm start's, or the base model)."""
+    checkpoint: str = ""
+    """Last RL checkpoint, '' before the first."""
+    success: dict[str, float] = field(default_factory=dict)
+    """Held-out success by evaluation tag ('chance', 'base', 'warm', 'step10', ...)."""
+
+
+
+class JobSession:
+    """What a run holds while it lasts: run folder, model, engines, store, pool, logs; all of it
+    is torn down (actors ended, store destroyed) when the ``with`` block ends."""
+
+    def __init__(self, config: Any) -> None:
+        """``config``: the run's ``TrainJob.Config``."""
+        self.config = config
+        self.run_dir = Path(config.run_dir).resolve()
+        self.engine_version = 0
+
+    def __enter__(self) -> JobSession:
+        import ray
+        from transformers import AutoProcessor
+
+        from vlrl.mm import patch_rule_of
+
+        config = self.config
+        if not config.resume:
+            self._clear()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.model_path = self._model()
+        processor = AutoProcessor.from_pretrained(self.model_path)
+        self.annotator = Annotator(processor.tokenizer, patch_rule_of(processor))
+        self.log = MetricsLog(self.run_dir, tensorboard=config.tensorboard)
+        self.progress = Progress(config.progress, total_steps=config.steps)
+        engine_config = replace(config.engine, model_path=self.model_path)
+        self.engines = [engine_config.build() for _ in range(config.replicas)]
+        self.teacher = None
+        self.store = config.store.build()
+        try:
+            if config.teacher is not None:
+                self.teacher = config.teacher.start(self.model_path)
+            loop_setup = LoopSetup(self.model_path, tuple(self.engines), self.store, config.client)
+            self.pool = config.pool.build(loop_setup=loop_setup)
+        except BaseException:
+            self._end_engines_and_store(ray)
+            raise
+        self.meter = RolloutMeter(self.pool, [source.name for source in config.sources])
+        self.probe(None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import ray
+
+        try:
+            self.pool.shutdown()
+        finally:
+            self._end_engines_and_store(ray)
+            self.log.close()
+
+    def _end_engines_and_store(self, ray: Any) -> None:
+        for engine in [*self.engines, *([self.teacher] if self.teacher is not None else [])]:
+            ray.kill(engine)
+        self.store.destroy()
+
+    def _clear(self) -> None:
+        """A fresh run: remove what an earlier run in this folder left (only the job's own files)."""
+        for name in (CHECKPOINTS, TB_DIR, EPISODES_DIR, PLOTS_DIR, "model"):
+            shutil.rmtree(self.run_dir / name, ignore_errors=True)
+        for name in (METRICS_FILE, SUMMARY_FILE):
+            (self.run_dir / name).unlink(missing_ok=True)
+
+    def _model(self) -> str:
+        if self.config.model_path != TINY:
+            return self.config.model_path
+        path = self.run_dir / "model"
+        if not (path / "config.json").exists():
+            self.config.tiny.build(path)
+        return str(path)
+
+    # -- trainer, checkpoints, state
+
+    def trainer_group(self, model_path: str, *, lr: float | None = None, loss: PolicyLoss.Config | None = None) -> TrainerGroup:
+        base = self.config.trainer.trainer
+        trainer = replace(base, model_path=model_path, lr=base.lr if lr is None else lr, loss=base.loss if loss is None else loss)
+        return replace(self.config.trainer, trainer=trainer).build(store_config=self.config.store)
+
+    async def push_weights(self, group: TrainerGroup, version: int) -> None:
+        await asyncio.to_thread(group.push_weights, self.engines, version)
+        self.engine_version = version
+
+    def checkpoint_dir(self, name: str) -> Path:
+        path = self.run_dir / CHECKPOINTS / name
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    def write_state(self, path: Path, state: RunState) -> None:
+        """Written last: a checkpoint folder without it is incomplete and never resumed from."""
+        (path / STATE_FILE).write_text(json.dumps({
+            "step": state.step, "version": state.version, "generated": state.generated,
+            "policy": state.policy, "checkpoint": state.checkpoint, "success": state.success,
+        }, indent=2))  # fmt: skip
+
+    def resumed_state(self) -> RunState | None:
+        """The state of the newest complete checkpoint, or None (then the run starts afresh)."""
+        newest = newest_checkpoint(self.run_dir)
+        return None if newest is None else RunState(**json.loads((newest / STATE_FILE).read_text()))
+
+    # -- store and what the progress line shows
+
+    def delete(self, metas: list[SeqMeta]) -> None:
+        self.store.delete([m.key for m in metas], missing_ok=True)
+        self.store.delete(sorted({item.store_key for m in metas for item in m.images}), missing_ok=True)
+
+    def store_metrics(self) -> dict[str, float]:
+        stats = self.store.stats()
+        return {"store/bytes": stats.bytes, "store/keys": stats.keys}
+
+    def probe(self, driver: Driver | None) -> None:
+        def figures() -> dict[str, Any]:
+            stats = self.store.stats()
+            out = {"in_flight": self.pool.book.in_flight, "store_bytes": stats.bytes, "store_keys": stats.keys}
+            if driver is not None:
+                out.update({k: v for k, v in driver.book.report().items() if k != "reasons"})
+            return out
+
+        self.progress.probe = figures
