@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from encoders.protocol import EncoderBatch, EncoderInput, VisionEncoder
-from vlrl.mm import MMItemMeta
+from vlrl.records import MMItemMeta
 
 
 class FixedSizeEncoder(VisionEncoder, abc.ABC):

@@ -20,7 +20,8 @@ import torch
 from safetensors.torch import load_file, save_model
 from torch import nn
 
-from vlrl.mm import MMItemMeta, require_canonical
+from vlrl.mm import require_canonical
+from vlrl.records import MMItemMeta
 
 WEIGHTS_FILE = "model.safetensors"
 """The file ``save_pretrained`` writes (the name ``transformers`` uses too)."""

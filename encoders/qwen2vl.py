@@ -21,7 +21,8 @@ from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VisionTransforme
 
 from encoders.protocol import EncoderBatch, EncoderError, EncoderInput, VisionEncoder
 from vlrl.config import Ge
-from vlrl.mm import MMItemMeta, PatchRule
+from vlrl.mm import PatchRule
+from vlrl.records import MMItemMeta
 
 CHECKPOINT_PREFIXES = ("", "model.visual.", "visual.")
 """Where the tower's weights sit: its own ``save_pretrained``, or a whole Qwen2-VL checkpoint."""

@@ -6,8 +6,8 @@ built offline) on desktop tasks, through the whole rollout side of vlrl.
     vlrl rollout examples/policy_rollout.py:mixed      # desktop and browser sources in one run
 """
 
+from vlrl.config import AgentBehaviour, DataSource, EnvSettings
 from vlrl.pool import HarnessPool, HostBudget
-from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
 from vlrl.rollout.policy_rollout import PolicyRollout
 
 

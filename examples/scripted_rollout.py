@@ -5,9 +5,9 @@
     vlrl rollout examples/scripted_rollout.py:desktop_and_browser
 """
 
+from vlrl.config import DataSource, EnvSettings
 from vlrl.pool import HarnessPool, HostBudget
 from vlrl.pool.scripted_rollout import ScriptedRollout
-from vlrl.pool.sources import DataSource, EnvSettings
 
 
 def recipe() -> ScriptedRollout.Config:

@@ -15,6 +15,7 @@ batch. The task is the simplest desktop family, click-target, at 160x120 with no
 in the screenshot and click inside it; clicking the window's close box fails the episode.
 """
 
+from vlrl.config import AgentBehaviour, DataSource, EnvSettings
 from vlrl.control.driver import Driver
 from vlrl.control.group_hook import GroupHook
 from vlrl.job.demos import WarmStart
@@ -22,7 +23,6 @@ from vlrl.job.evaluate import Evaluation
 from vlrl.job.train_job import TinyModel, TrainJob
 from vlrl.pack import MicroBatchPlanner
 from vlrl.pool import HarnessPool, HostBudget
-from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.trainer import Trainer
@@ -46,7 +46,7 @@ def recipe() -> TrainJob.Config:
     return TrainJob.Config(
         run_dir="runs/train_click",
         tiny=TinyModel(rope_theta=10.0),
-        engine=EmbeddedEngine.Config(model_path="tiny", cpus=0, max_batch=32, torch_threads=2),
+        engine=EmbeddedEngine.Config(cpus=0, max_batch=32, torch_threads=2),
         pool=HarnessPool.Config(budget=HostBudget(total_hosts=3, shares={"loop": 1, "desktop": 2})),
         sources=[click_source()],
         driver=Driver.Config(
@@ -55,7 +55,6 @@ def recipe() -> TrainJob.Config:
         trainer=TrainerGroup.Config(
             cpus_per_worker=1,
             trainer=Trainer.Config(
-                model_path="tiny",
                 lr=1e-3,
                 loss=PolicyLoss.Config(kind="grpo"),
                 micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),

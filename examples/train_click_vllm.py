@@ -24,7 +24,6 @@ def vllm() -> TrainJob.Config:
     config = load_recipe(f"{MAIN_JOB}:recipe")
     config.run_dir = "runs/train_click_vllm"
     config.engine = VLLMEngine.Config(
-        model_path="policy",  # replaced by the job's policy checkpoint
         gpus=1,
         gpu_memory_utilization=0.5,
         max_model_len=4096,

@@ -25,12 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from vlrl.config import load_recipe
+from vlrl.config import AgentBehaviour, DataSource, EnvSettings, load_recipe
 from vlrl.harness import Action, Harness, HarnessError, Observation, register
 from vlrl.job.demos import WarmStart
 from vlrl.job.train_job import TrainJob
 from vlrl.pool import HostBudget
-from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
 
 MAIN_JOB = Path(__file__).with_name("train_click.py")
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (50, 80, 230), "yellow": (235, 200, 40)}

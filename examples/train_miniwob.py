@@ -16,13 +16,12 @@ teaches the reply format and what each target looks like; GRPO then trains on gr
 
 from pathlib import Path
 
-from vlrl.config import load_recipe
+from vlrl.config import AgentBehaviour, DataSource, EnvSettings, load_recipe
 from vlrl.job.demos import WarmStart
 from vlrl.job.evaluate import Evaluation
 from vlrl.job.train_job import TrainJob
 from vlrl.pool import HostBudget
 from vlrl.pool.host_config import HostConfig
-from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
 
 MAIN_JOB = Path(__file__).with_name("train_click.py")
 CLICK_TASKS = ["click-test", "focus-text", "click-dialog"]

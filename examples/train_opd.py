@@ -42,7 +42,7 @@ def recipe() -> TrainJob.Config:
     config.tiny.seed = 1
     config.teacher = Teacher(
         model_path="runs/train_click",
-        engine=EmbeddedEngine.Config(model_path="teacher", cpus=0, max_batch=32, torch_threads=1),
+        engine=EmbeddedEngine.Config(cpus=0, max_batch=32, torch_threads=1),
     )
     config.driver.hook.mode = "opd"
     config.steps = 30

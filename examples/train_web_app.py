@@ -20,13 +20,12 @@ caps the instances per env host.
 
 from pathlib import Path
 
-from vlrl.config import load_recipe
+from vlrl.config import AgentBehaviour, DataSource, EnvSettings, load_recipe
 from vlrl.job.demos import WarmStart
 from vlrl.job.evaluate import Evaluation
 from vlrl.job.train_job import TrainJob
 from vlrl.pool import HostBudget
 from vlrl.pool.host_config import HostConfig
-from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
 
 MAIN_JOB = Path(__file__).with_name("train_click.py")
 

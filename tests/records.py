@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vlrl.store.records import SeqMeta
+from vlrl.records import SeqMeta
 
 
 def seq_meta(key: str, num_tokens: int, **fields: Any) -> SeqMeta:

@@ -1,4 +1,4 @@
-"""The ``vlrl`` command: ``train``, ``rollout``, ``serve``, ``bench`` and ``plot``.
+"""The ``vlrl`` command: ``train``, ``rollout``, ``serve``, ``bench``, ``plot`` and ``check``.
 
 Cheap to import on purpose: torch and ray come in with the components a recipe builds, and the
 bench runner only when ``vlrl bench`` runs, so ``vlrl --help`` answers at once. A bad recipe or
@@ -39,7 +39,16 @@ def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"vlrl {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_train(commands)
+    _add_rollout(commands)
+    _add_serve(commands)
+    _add_plot(commands)
+    _add_bench(commands, with_bench)
+    _add_check(commands)
+    return parser
 
+
+def _add_train(commands: argparse._SubParsersAction) -> None:
     train = _add_command(
         commands,
         "train",
@@ -54,15 +63,14 @@ def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
     )
     _add_recipe_arguments(train)
     train.add_argument(
-        "--print-config", action="store_true", help="print the validated config, each field with its documentation, and exit"
-    )
-    train.add_argument(
         "--resume",
         action="store_true",
         help="continue the run in the recipe's run_dir from its last checkpoint (the same as --set resume=true)",
     )
     train.set_defaults(handler=_run_recipe)
 
+
+def _add_rollout(commands: argparse._SubParsersAction) -> None:
     rollout = _add_command(
         commands,
         "rollout",
@@ -74,11 +82,10 @@ def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
         "  vlrl rollout examples/scripted_rollout.py --set policy=random --set episodes_per_source=32",
     )
     _add_recipe_arguments(rollout)
-    rollout.add_argument(
-        "--print-config", action="store_true", help="print the validated config, each field with its documentation, and exit"
-    )
     rollout.set_defaults(handler=_run_recipe)
 
+
+def _add_serve(commands: argparse._SubParsersAction) -> None:
     serve = _add_command(
         commands,
         "serve",
@@ -120,6 +127,8 @@ def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
     )
     serve.set_defaults(handler=_serve)
 
+
+def _add_plot(commands: argparse._SubParsersAction) -> None:
     plot = _add_command(
         commands,
         "plot",
@@ -132,15 +141,29 @@ def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
     plot.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (a training recipe's run_dir)")
     plot.set_defaults(handler=_plot)
 
-    bench = _add_command(
-        commands, "bench", "run a benchmark", "Run one benchmark and print its figures."
-    )
+
+def _add_bench(commands: argparse._SubParsersAction, with_bench: bool) -> None:
+    bench = _add_command(commands, "bench", "run a benchmark", "Run one benchmark and print its figures.")
     if with_bench:
         from vlrl.bench import runner
 
         runner.add_arguments(bench)
         bench.set_defaults(handler=runner.run)
-    return parser
+
+
+def _add_check(commands: argparse._SubParsersAction) -> None:
+    check = _add_command(
+        commands,
+        "check",
+        "run the plug-in contract suite on a registered harness or encoder",
+        "Load a registered plug-in (built in, registered by a module, or installed as an entry point)\n"
+        "and run every rule of its kind's contract, printing each rule as it passes. Exits 0 when\n"
+        "all pass, 1 at the first broken rule (named), 2 when the id is unknown or cannot load.",
+        "examples:\n  vlrl check harness desktop\n  vlrl check encoder qwen2vl",
+    )
+    check.add_argument("kind", choices=["harness", "encoder"], help="the plug-in kind")
+    check.add_argument("id", metavar="ID", help="the registered id (an unknown one is answered with the known ids)")
+    check.set_defaults(handler=_check)
 
 
 def _add_command(
@@ -166,6 +189,9 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
         help="override a config field by its dotted path (repeatable): optim.lr=1e-6, tags=a,b or [\"a\"], "
         "store=RayStore to pick that config; train --print-config lists every path",
     )
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the validated config, each field with its documentation, and exit"
+    )
 
 
 def _run_recipe(args: argparse.Namespace) -> int:
@@ -183,6 +209,28 @@ def _run_recipe(args: argparse.Namespace) -> int:
     if not callable(getattr(job, "run", None)):
         return _fail(f"{args.recipe}: {name}.build() returned {type(job).__qualname__}, which has no run()")
     job.run()
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from vlrl.registry import ContractError
+
+    if args.kind == "harness":
+        from vlrl.harness import HarnessError as KindError
+        from vlrl.harness.registry import run_contract
+    else:
+        from encoders.protocol import EncoderError as KindError
+        from encoders.registry import run_contract
+    try:
+        for rule in run_contract(args.id):
+            print(f"pass  {rule}")
+    except ContractError as error:
+        print(f"FAIL  {error.rule}: {error.detail}")
+        print(f"error: {args.kind} {args.id!r} breaks rule {error.rule!r}: {error.detail}", file=sys.stderr)
+        return 1
+    except KindError as error:
+        return _fail(str(error))
+    print(f"{args.kind} {args.id!r}: every rule passed")
     return 0
 
 
@@ -208,13 +256,13 @@ def _serve(args: argparse.Namespace) -> int:
     from vlrl.rollout.server import OpenAIServer
 
     engine = EmbeddedEngine.Config(
-        model_path=args.model,
         device=args.device,
         dtype=args.dtype,
         max_batch=args.max_batch,
         image_cache_mb=args.image_cache_mb,
     )
     config = OpenAIServer.Config(
+        model_path=args.model,
         engine=engine,
         host=args.host,
         port=args.port,

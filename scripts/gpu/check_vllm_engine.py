@@ -86,10 +86,10 @@ def check(model_path: Path, args: argparse.Namespace) -> None:
     processor = AutoProcessor.from_pretrained(model_path)
     model = Qwen2VLForConditionalGeneration.from_pretrained(model_path, dtype=torch.float32).cuda().eval()
     config = VLLMEngine.Config(
-        model_path=str(model_path), dtype=args.dtype, gpu_memory_utilization=args.gpu_memory_utilization,
+        dtype=args.dtype, gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=2048, max_num_seqs=8, max_images_per_prompt=1, enforce_eager=True, cpus=0,
     )  # fmt: skip
-    engine = config.build()
+    engine = config.build(model_path=str(model_path))
     shot, never = screen(320, 240, 0), screen(320, 240, 1)
     prompt = prompt_ids(processor, "Click the OK button.", shot)
     greedy = SamplingParams(temperature=0.0, max_tokens=8)

@@ -5,19 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vlrl.bench.encode_bench import (
+from vlrl.bench.encode_baselines import contiguous_ranks, lpt_ranks, optimal_imbalance
+from vlrl.bench.encode_figures import measure
+from vlrl.bench.encode_workload import (
     RULE,
     SCREENS,
     VIT_7B,
     WORLD4_LAYOUTS,
     Workload,
     build_metas,
-    contiguous_ranks,
     draw_trajectories,
     fake_item,
-    lpt_ranks,
-    measure,
-    optimal_imbalance,
 )
 
 WORLD = 4

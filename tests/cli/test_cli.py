@@ -109,6 +109,7 @@ def test_serve_refuses_a_missing_checkpoint_and_a_bad_port(tmp_path, capsys):
         (["rollout"], ["RECIPE", "--set KEY=VALUE", "--print-config", "Harness Pool"]),
         (["serve"], ["--model PATH", "--host", "127.0.0.1", "--port", "8000", "--api-key"]),
         (["bench"], ["--list", "--json", "--size"]),
+        (["check"], ["{harness,encoder}", "ID", "vlrl check harness desktop"]),
     ],
 )
 def test_help_of_each_command(command, expected, capsys):
@@ -174,3 +175,40 @@ def test_module_entry_point_and_light_imports():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: vlrl train")
+
+
+@pytest.mark.parametrize(
+    "kind, plugin_id, rules",
+    [
+        ("harness", "desktop", ["harness class", "task names", "thread_bound", "types", "determinism", "order", "bounds"]),
+        ("encoder", "qwen2vl", ["output shape", "num_tokens", "cost monotone", "deterministic", "batch order", "gradients"]),
+    ],
+)
+def test_check_passes_a_builtin_and_prints_its_rules(kind, plugin_id, rules, capsys):
+    assert main(["check", kind, plugin_id]) == 0
+    out = capsys.readouterr().out
+    for rule in rules:
+        assert f"pass  {rule}\n" in out
+    assert out.endswith(f"{kind} {plugin_id!r}: every rule passed\n")
+
+
+def test_check_fails_a_broken_plugin_with_the_rule_name(capsys):
+    from encoders import registry as encoders
+    from vlrl.harness import register
+
+    register("cli-endless", "tests.cli.broken_plugins:Endless")
+    assert main(["check", "harness", "cli-endless"]) == 1
+    captured = capsys.readouterr()
+    assert "pass  types\n" in captured.out and "pass  bounds" not in captured.out
+    assert "FAIL  order: a fail action must terminate the episode\n" in captured.out
+    assert captured.err == "error: harness 'cli-endless' breaks rule 'order': a fail action must terminate the episode\n"
+
+    encoders.register("cli-noisy", "tests.encoders.test_contract:Noisy")
+    assert main(["check", "encoder", "cli-noisy"]) == 1
+    out = capsys.readouterr().out
+    assert "pass  cost monotone\n" in out and "FAIL  deterministic: two eval-mode forwards" in out
+
+
+def test_check_of_an_unknown_id_lists_the_known_ones(capsys):
+    assert main(["check", "harness", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("error: harness 'nope': not registered; known: [")

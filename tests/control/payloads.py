@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vlrl.records import SeqMeta
 from vlrl.store import PayloadStore
-from vlrl.store.records import SeqMeta
 
 
 def loss_mask(layout: tuple[int, ...]) -> np.ndarray:

@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from vlrl.config import DataSource
 from vlrl.harness import Action
 from vlrl.mm import store_image
-from vlrl.pool.sources import DataSource
 from vlrl.pool.tenant import TenantContext
-from vlrl.store.records import SeqMeta
+from vlrl.records import SeqMeta
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,15 @@ from dataclasses import replace
 
 import pytest
 
+from tests.control.stored_trajectory import StoredTrajectory, StoreSetup
+from vlrl.config import DataSource, EnvSettings
 from vlrl.control.driver import Driver, DriverStalled
 from vlrl.control.grader import GraderRunner
 from vlrl.control.group_hook import GroupHook
 from vlrl.control.sampler import PassRateSampler
 from vlrl.harness import register
 from vlrl.pool import HarnessPool, HostBudget, HostConfig
-from vlrl.pool.sources import DataSource, EnvSettings
 from vlrl.store.ray_store import RayStore
-from tests.control.stored_trajectory import StoreSetup, StoredTrajectory
 
 pytestmark = pytest.mark.ray
 

@@ -6,8 +6,8 @@ import pytest
 
 from tests.control.payloads import meta
 from vlrl.config import ConfigError, validate
-from vlrl.control.groups import GroupError
 from vlrl.control.sampler import PassRateSampler
+from vlrl.records import GroupError
 
 
 def _group(passes: int, n: int = 4, **kw):

@@ -10,13 +10,14 @@ import pytest
 from transformers import Qwen2VLForConditionalGeneration
 
 from tests.reference_logprobs import reference_logprobs
-from vlrl.control.group_hook import ADVANTAGES_FIELD, TEACHER_FIELD, GroupHook
+from vlrl.control.group_hook import GroupHook
 from vlrl.control.teacher import TeacherScorer
 from vlrl.mm import patch_rule_of, store_image
+from vlrl.records import ADVANTAGES, TEACHER_LOGPROBS, SeqMeta
 from vlrl.rollout.chat import ChatFormat, ChatTurn
 from vlrl.rollout.engine import EmbeddedEngine
+from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.store import LocalStore
-from vlrl.store.records import SeqMeta
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -40,17 +41,17 @@ def _stored_sequence(store, processor, index: int) -> SeqMeta:
 
 
 def test_teacher_scores_land_in_the_store_and_drive_opd_advantages(ray_session, tiny_path, processor):
-    teacher = EmbeddedEngine.Config(model_path=str(tiny_path), cpus=0).build()
+    teacher = EmbeddedEngine.Config(cpus=0).build(model_path=str(tiny_path))
     store = LocalStore()
     try:
         metas = [_stored_sequence(store, processor, i) for i in range(2)]
-        rewards = asyncio.run(TeacherScorer(teacher, store).grade(metas))
+        rewards = asyncio.run(TeacherScorer(EngineTeacher(teacher), store).grade(metas))
         assert rewards == [0.0, 0.0]  # scoring leaves rewards alone
         model = Qwen2VLForConditionalGeneration.from_pretrained(tiny_path).eval()
         for meta in metas:
             row = store.get([meta.key])[meta.key]
             expected = reference_logprobs(model, processor, store, meta)
-            scores, mask = row[TEACHER_FIELD], row["loss_mask"]
+            scores, mask = row[TEACHER_LOGPROBS], row["loss_mask"]
             np.testing.assert_allclose(scores[1:][mask[1:]], expected[mask[1:]], atol=1e-4)
             assert (scores[~row["loss_mask"]] == 0).all()
         decision = GroupHook.Config(mode="opd").build()(metas, store)
@@ -58,8 +59,8 @@ def test_teacher_scores_land_in_the_store_and_drive_opd_advantages(ray_session, 
         for meta in metas:
             row = store.get([meta.key])[meta.key]
             mask = row["loss_mask"]
-            np.testing.assert_allclose(row[ADVANTAGES_FIELD][mask], row[TEACHER_FIELD][mask] - row["logprobs"][mask])
+            np.testing.assert_allclose(row[ADVANTAGES][mask], row[TEACHER_LOGPROBS][mask] - row["logprobs"][mask])
         # A retried group does not write the scores twice.
-        asyncio.run(TeacherScorer(teacher, store).grade(metas))
+        asyncio.run(TeacherScorer(EngineTeacher(teacher), store).grade(metas))
     finally:
         ray_session.kill(teacher)

@@ -8,7 +8,7 @@ import torch
 
 from encoders import registry
 from encoders.protocol import EncoderError, VisionEncoder
-from encoders.qwen2vl import Qwen2VLEncoder, ViTCost
+from encoders.qwen2vl import ViTCost
 from tests.encoders.user_encoder import BlockColourEncoder
 from vlrl.mm import PatchRule, describe_image
 
@@ -104,11 +104,44 @@ class Frozen(Broken):
     [(WrongTokens, "num_tokens"), (NegativeCost, "cost"), (Noisy, "deterministic"), (Frozen, "gradients")],
 )
 def test_broken_plugin_refused_at_registration(factory, rule):
-    with pytest.raises(EncoderError, match=f"encoder 'broken'.*rule '{rule}'"):
+    with pytest.raises(EncoderError, match=f"encoder 'broken_{rule}': rule '{rule}': "):
         registry.register("broken_" + rule, factory)
     assert "broken_" + rule not in registry.registered()
 
 
-def test_unknown_name():
-    with pytest.raises(EncoderError, match="'nope': not registered"):
+def test_a_path_is_checked_on_first_resolve_not_at_registration():
+    registry.register("lazy_wrong_tokens", "tests.encoders.test_contract:WrongTokens")
+    assert "lazy_wrong_tokens" in registry.registered()
+    for _ in range(2):  # not remembered as checked after a failure
+        with pytest.raises(EncoderError, match="encoder 'lazy_wrong_tokens': rule 'num_tokens': forward gave"):
+            registry.make("lazy_wrong_tokens")
+
+
+def test_check_fields_the_factory_refuses_name_the_rule():
+    with pytest.raises(EncoderError, match=r"'bad_fields': rule 'check_fields': the factory refused \{'depth': 2\}"):
+        registry.register("bad_fields", BlockColourEncoder, check_fields={"depth": 2})
+
+
+def test_registering_over_a_name_needs_override():
+    with pytest.raises(EncoderError, match="'qwen2vl': already registered as 'encoders.qwen2vl:Qwen2VLEncoder'"):
+        registry.register("qwen2vl", BlockColourEncoder)
+    assert registry.resolve("qwen2vl").__name__ == "Qwen2VLEncoder"
+    registry.register("block_colour", BlockColourEncoder)  # the same class again is no clash
+    registry.register("colour_or_noise", BlockColourEncoder)
+    with pytest.raises(EncoderError, match="override=True"):
+        registry.register("colour_or_noise", Noisy)
+    with pytest.raises(EncoderError, match="rule 'deterministic'"):  # override still runs the check
+        registry.register("colour_or_noise", Noisy, override=True)
+    assert registry.resolve("colour_or_noise") is BlockColourEncoder
+
+
+def test_contract_yields_every_rule_in_order():
+    assert list(registry.contract(tiny("block_colour"))) == [
+        "output shape", "num_tokens", "finite output", "cost", "cost monotone", "deterministic", "batch order",
+        "gradients",
+    ]  # fmt: skip
+
+
+def test_unknown_name_lists_the_known_ones():
+    with pytest.raises(EncoderError, match=r"'nope': not registered; known: \[.*'qwen2vl', 'siglip', 'torchvision'"):
         registry.make("nope")

@@ -32,19 +32,19 @@ def rule(processor):
 
 def test_a_fixed_token_count_is_refused_before_any_engine_starts(tiny_path):
     fixed = EncoderSpec(name="torchvision", fields=dict(stages=1, image_size=32, hidden_size=64))
-    config = validate(EmbeddedEngine.Config(model_path=str(tiny_path), encoder=fixed))
+    config = validate(EmbeddedEngine.Config(encoder=fixed))
     expected = (
         r"encoder 'torchvision': num_tokens\(meta\) is 64 on a 40x30 probe image; the processor's patch rule"
         r" gives 6 \(2x3 merged 28x28 patches of the 84x56 resized image\)"
     )
     with pytest.raises(EncoderError, match=expected):
-        config.build()
+        config.build(model_path=str(tiny_path))
 
 
 def test_other_resize_bounds_are_refused_for_the_trainer_too(tiny_path, spec):
     wrong = EncoderSpec(name=spec.name, fields={**spec.fields, "max_pixels": 112 * 112})
     with pytest.raises(EncoderError, match=r"encoder 'conv-patch': num_tokens\(meta\) is 12 on a 320x240 probe.* gives 54"):
-        Trainer.Config(model_path=str(tiny_path), encoder=wrong).resolved_encoder()
+        Trainer.Config(encoder=wrong).resolved_encoder(str(tiny_path))
 
 
 def test_rows_of_another_width_are_refused(spec, rule):

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoders.protocol import EncoderBatch, EncoderInput, VisionEncoder
-from vlrl.mm import MMItemMeta
+from vlrl.records import MMItemMeta
 
 
 class BlockColourEncoder(VisionEncoder):

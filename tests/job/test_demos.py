@@ -8,9 +8,10 @@ import asyncio
 import pytest
 
 from harnesses.desktop import DesktopHarness
+from vlrl.config import AgentBehaviour, DataSource, EnvSettings
 from vlrl.job.demos import DemoEpisode
-from vlrl.mm import PIXELS_FIELD, patch_rule_of
-from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
+from vlrl.mm import patch_rule_of
+from vlrl.records import ADVANTAGES, PIXELS
 from vlrl.rollout.agent_loop import LoopRuntime
 from vlrl.rollout.parsers import PARSERS
 from vlrl.store import LocalStore
@@ -75,11 +76,11 @@ def test_a_demonstration_is_one_sequence_whose_loss_tokens_are_the_written_reply
     assert written.startswith('<tool_call>{"name": "computer_use"') and written.endswith("</tool_call><|im_end|>")
     reply = processor.tokenizer.decode(row["token_ids"][mask].tolist(), skip_special_tokens=True)  # as the loop decodes
     assert row["token_ids"][-1] == processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    assert not row["logprobs"].any() and not row["advantages"].any()
+    assert not row["logprobs"].any() and ADVANTAGES not in row  # the likelihood loss packs no advantages
     numbers = [int(n) for n in reply.split("[")[1].split("]")[0].split(",")]
     assert all(n % 7 == 0 for n in numbers)  # the point grid
     (item,) = meta.images
-    assert runtime.store.get([item.store_key], fields=[PIXELS_FIELD])[item.store_key][PIXELS_FIELD].shape == (120, 160, 3)
+    assert runtime.store.get([item.store_key], fields=[PIXELS])[item.store_key][PIXELS].shape == (120, 160, 3)
     screen = runtime.screen_map(160, 120)
     assert PARSERS["qwen25vl"].parse(reply, screen).kind == "click"
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tests.mm.images import noise_rgb
-from vlrl.mm import MMItemMeta, PatchRule, content_hash, describe_image, image_store_key
+from vlrl.mm import PatchRule, content_hash, describe_image
+from vlrl.records import MMItemMeta, image_store_key
 
 HASH = "0123456789abcdef0123456789abcdef"
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tests.mm.images import noise_rgb
-from vlrl.mm import PIXELS_FIELD, ImageError, PatchRule, describe_image, store_image
+from vlrl.mm import ImageError, PatchRule, describe_image, store_image
+from vlrl.records import PIXELS
 from vlrl.store.errors import DuplicateWriteError
 from vlrl.store.local import LocalStore
 
@@ -57,7 +58,7 @@ def _bytes_written(store: FakeStore | LocalStore) -> int:
 
 
 def _stored_pixels(store: FakeStore | LocalStore, key: str) -> np.ndarray:
-    return store.get([key], [PIXELS_FIELD])[key][PIXELS_FIELD]
+    return store.get([key], [PIXELS])[key][PIXELS]
 
 
 def test_stores_pixels_under_the_content_key(store: FakeStore | LocalStore) -> None:

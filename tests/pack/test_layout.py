@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from vlrl.config import ConfigError, apply_overrides
 from vlrl.pack.layout import Coords, Layout
 
 LAYOUTS = [(1, 1, 1), (1, 2, 2), (2, 2, 1), (2, 1, 2), (1, 4, 1), (2, 2, 2), (1, 3, 2)]
@@ -150,11 +151,11 @@ def test_owners_by_hand():
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: Layout(0), r"Layout.dp=0; expected an int >= 1"),
-        (lambda: Layout(1, -2), r"Layout.cp=-2"),
-        (lambda: Layout(1, 1, 1.5), r"Layout.tp=1.5"),
-        (lambda: Layout(True), r"Layout.dp=True"),
-        (lambda: Layout(1, sequence_parallel="yes"), r"sequence_parallel"),
+        (lambda: Layout(0), r"'Layout.dp': got 0 \(int\); expected an integer >= 1"),
+        (lambda: Layout(1, -2), r"'Layout.cp': got -2"),
+        (lambda: Layout(1, 1, 1.5), r"'Layout.tp': got 1.5"),
+        (lambda: Layout(True), r"'Layout.dp': got True"),
+        (lambda: Layout(1, sequence_parallel="yes"), r"'Layout.sequence_parallel': got 'yes'"),
         (lambda: Layout.from_world(6, cp=4), r"world size 6 is not a positive multiple of cp \* tp = 4 \* 1"),
         (lambda: Layout(2, 2, 2).check_world(6), r"world size 6 does not match the layout dp=2 x cp=2 x tp=2 = 8"),
         (lambda: Layout(2, 2, 2).coords(8), r"rank 8 out of range; expected an int in 0..7"),
@@ -179,5 +180,12 @@ def test_from_world_takes_dp_from_the_rest():
 
 
 def test_from_world_checks_cp_and_tp_first():
-    with pytest.raises(ValueError, match=r"Layout.cp=0"):
+    with pytest.raises(ValueError, match=r"'Layout.cp': got 0"):
         Layout.from_world(8, cp=0)
+
+
+def test_a_layout_is_a_config_that_overrides_set_and_validate():
+    assert apply_overrides(Layout(), ["cp=2", "tp=4", "sequence_parallel=false"]) == Layout(1, 2, 4, False)
+    with pytest.raises(ConfigError, match=r"config field 'tp': got 0"):
+        apply_overrides(Layout(), ["tp=0"])
+    assert Layout(2, 2, 2).mesh_dims == (("dp", 2), ("cp", 2), ("tp", 2))

@@ -13,7 +13,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from vlrl.mm import MMItemMeta, image_store_key
 from vlrl.pack import (
     PAD_SEGMENT_ID,
     PAD_TOKEN_ID,
@@ -24,20 +23,15 @@ from vlrl.pack import (
     TPGroupPacker,
     cut_window,
     packer_for_rank,
+    shared,
 )
-from vlrl.pack import shared
+from vlrl.records import ADVANTAGES, LOGPROBS, MMItemMeta, SeqMeta, fields_for, image_store_key
 from vlrl.store import LocalStore
-from vlrl.store.records import SeqMeta
 
 IMAGE_TOKEN = 151_655
 EXTRA = "extra/routing"
-STORED = {
-    "token_ids": "token_ids",
-    "logprobs": "old_logprobs",
-    "loss_mask": "loss_mask",
-    "advantages": "advantages",
-    "teacher_logprobs": "teacher_logprobs",
-}
+STORED = fields_for({"policy_gradient", "distillation"})
+"""Every per-token field the rows hold, all of them packed; a window array has its field's name."""
 LAYOUTS = [(1, 1, 1), (1, 2, 2), (2, 2, 1), (1, 4, 1), (2, 2, 2), (1, 3, 2), (2, 1, 2)]
 
 
@@ -151,7 +145,7 @@ def reference_window(rows, metas, micro_batch, layout: Layout, cp_rank: int) -> 
         row_shape = (2,) if name == EXTRA else ()
         array = np.concatenate(parts) if parts else np.zeros((0, *row_shape))
         pad = np.full((padded - total, *row_shape), pads.get(name, 0), dtype=array.dtype)
-        full[STORED.get(name, name)] = np.concatenate([array, pad])
+        full[name] = np.concatenate([array, pad])
     full["packed_index"] = np.arange(padded)
     if layout.cp == 1:
         return full
@@ -190,7 +184,7 @@ def placement_arrays(window: PackedWindow, metas) -> tuple[np.ndarray, np.ndarra
 
 def assert_matches(window: PackedWindow, ref: dict[str, np.ndarray], metas, where: str) -> None:
     assert len(window) == len(ref["token_ids"]), where
-    for name in [*STORED.values(), "position_ids", "segment_ids"]:
+    for name in [*STORED, "position_ids", "segment_ids"]:
         actual = getattr(window, name)
         np.testing.assert_array_equal(actual, ref[name].astype(actual.dtype), err_msg=f"{where}: {name}")
     np.testing.assert_array_equal(window.extras[EXTRA], ref[EXTRA], err_msg=f"{where}: {EXTRA}")
@@ -226,7 +220,7 @@ def test_workload_covers_images_cut_by_window_borders(step):
         p
         for i, mb in enumerate(plan.ranks[0])
         for cp_rank in range(2)
-        for p in cut_window(store, layout, mb, cp_rank, {m.key: m for m in metas}).images
+        for p in cut_window(store, layout, mb, cp_rank, {m.key: m for m in metas}, STORED).images
         if p.row_start > 0 or p.num_rows < int(np.sum(rows[p.seq_key]["token_ids"] == IMAGE_TOKEN))
     ]
     assert partial  # the cases the placements exist for
@@ -240,7 +234,9 @@ def test_every_window_equals_the_dense_reference_cut(step, shape):
     for dp_rank in range(layout.dp):
         for cp_rank in range(layout.cp):
             group = layout.tp_group(layout.rank(dp_rank, cp_rank, 0))
-            packer = TPGroupPacker.Config().build(store=store, layout=layout, plan=plan, metas=metas, group_ranks=group)
+            packer = TPGroupPacker.Config().build(
+                store=store, layout=layout, plan=plan, metas=metas, group_ranks=group, fields=STORED
+            )
             for i, mb in enumerate(plan.ranks[dp_rank]):
                 where = f"dp{dp_rank} mb{i} cp{cp_rank}"
                 window = packer.window(i)
@@ -256,12 +252,12 @@ def test_padding_is_the_documented_tail():
     (mb,) = plan.ranks[0]
     pad = layout.padded_len(mb.num_tokens) - mb.num_tokens
     assert pad > 0
-    window = cut_window(local_store(rows), layout, mb, 0, {m.key: m for m in metas})  # chunk 3 ends the batch
+    window = cut_window(local_store(rows), layout, mb, 0, {m.key: m for m in metas}, STORED)  # chunk 3 ends the batch
     tail = slice(len(window) - pad, None)
     assert window.num_tokens == len(window) - pad
     assert (window.token_ids[tail] == PAD_TOKEN_ID).all() and (window.segment_ids[tail] == PAD_SEGMENT_ID).all()
     assert not window.loss_mask[tail].any() and (window.position_ids[tail] == 0).all()
-    assert (window.old_logprobs[tail] == 0).all() and (window.extras[EXTRA][tail] == 0).all()
+    assert (window.logprobs[tail] == 0).all() and (window.extras[EXTRA][tail] == 0).all()
     assert window.cu_seqlens[-2:].tolist() == [len(window) - pad, len(window)]
 
 
@@ -274,7 +270,7 @@ def test_reads_only_the_window_rows():
     row_bytes = sum(a[:1].nbytes for a in rows[mb.keys[0]].values())
     for cp_rank in range(4):
         before = store.io_stats().bytes_read
-        window = cut_window(store, layout, mb, cp_rank, {m.key: m for m in metas})
+        window = cut_window(store, layout, mb, cp_rank, {m.key: m for m in metas}, STORED)
         assert store.io_stats().bytes_read - before == window.num_tokens * row_bytes
 
 
@@ -283,7 +279,7 @@ def test_shared_window_is_one_read_only_copy_freed_after_use(step, tmp_path):
     layout = Layout(1, 2, 2)
     plan = make_plan(metas, 1)
     packer = TPGroupPacker.Config(shm_dir=str(tmp_path)).build(
-        store=store, layout=layout, plan=plan, metas=metas, group_ranks=[0, 1]
+        store=store, layout=layout, plan=plan, metas=metas, group_ranks=[0, 1], fields=STORED
     )
     published = packer.publish(0)
     assert os.listdir(tmp_path) == [os.path.basename(published.segment.path)]
@@ -313,10 +309,35 @@ def test_rank_packer_without_tp_peers_unlinks_its_segment(step, tmp_path):
     layout = Layout(2, 1, 1)
     plan = make_plan(metas, 2)
     config = TPGroupPacker.Config(shm_dir=str(tmp_path))
-    packer = packer_for_rank(1, store=store, layout=layout, plan=plan, metas=metas, tp_group=None, config=config)
+    packer = packer_for_rank(
+        1, store=store, layout=layout, plan=plan, metas=metas, tp_group=None, fields=STORED, config=config
+    )
     window = packer.get(0)
     assert os.listdir(tmp_path) == []
     assert_matches(window, reference_window(rows, metas, plan.ranks[1][0], layout, 0), metas, "dp1 mb0")
+
+
+def test_the_likelihood_loss_packs_and_reads_no_rollout_logprobs_or_advantages(step):
+    metas, rows, store = step
+    layout = Layout(1, 2, 1)
+    mb = make_plan(metas, 1).ranks[0][0]
+    meta_of = {m.key: m for m in metas}
+    sft = fields_for({"likelihood"})
+    for cp_rank in range(2):
+        before = store.io_stats().bytes_read
+        window = cut_window(store, layout, mb, cp_rank, meta_of, sft)
+        read = store.io_stats().bytes_read - before
+        assert window.logprobs is None and window.advantages is None and window.teacher_logprobs is None
+        full_before = store.io_stats().bytes_read
+        full = cut_window(store, layout, mb, cp_rank, meta_of, STORED)
+        assert read < store.io_stats().bytes_read - full_before
+        np.testing.assert_array_equal(window.token_ids, full.token_ids)
+    bare = LocalStore()  # a demonstration: written without advantages, packed for the likelihood
+    bare.put(mb.keys[0], {k: v for k, v in rows[mb.keys[0]].items() if k not in (ADVANTAGES, LOGPROBS)})
+    first = make_plan([meta_of[mb.keys[0]]], 1).ranks[0][0]
+    assert cut_window(bare, Layout(1), first, 0, meta_of, sft).num_tokens == first.num_tokens
+    with pytest.raises(ValueError, match="fields to pack"):
+        cut_window(bare, Layout(1), first, 0, meta_of, ("pixels",))
 
 
 def test_empty_micro_batch_is_an_empty_window(step):
@@ -324,7 +345,7 @@ def test_empty_micro_batch_is_an_empty_window(step):
     layout = Layout(4, 2, 1)
     plan = make_plan(metas[:3], 4)  # fewer sequences than ranks: one rank trains nothing
     (empty,) = [batches[0] for batches in plan.ranks if not batches[0].keys]
-    window = cut_window(store, layout, empty, 0, {})
+    window = cut_window(store, layout, empty, 0, {}, STORED)
     assert len(window) == 0 and window.cu_seqlens.tolist() == [0] and window.images == ()
 
 
@@ -336,28 +357,28 @@ def test_errors_name_what_is_wrong(step):
     meta_of = {m.key: m for m in metas}
     build = TPGroupPacker.Config().build
     with pytest.raises(ValueError, match=r"group_ranks=\[1, 2\] is not a TP group"):
-        build(store=store, layout=layout, plan=plan, metas=metas, group_ranks=[1, 2])
+        build(store=store, layout=layout, plan=plan, metas=metas, group_ranks=[1, 2], fields=STORED)
     with pytest.raises(ValueError, match="plan is for dp=1"):
-        build(store=store, layout=Layout(2, 2, 1), plan=plan, metas=metas, group_ranks=[0])
+        build(store=store, layout=Layout(2, 2, 1), plan=plan, metas=metas, group_ranks=[0], fields=STORED)
     with pytest.raises(ValueError, match="shm_dir='/no/such/dir'"):
         TPGroupPacker.Config(shm_dir="/no/such/dir").build(
-            store=store, layout=layout, plan=plan, metas=metas, group_ranks=[0, 1]
+            store=store, layout=layout, plan=plan, metas=metas, group_ranks=[0, 1], fields=STORED
         )
-    packer = build(store=store, layout=layout, plan=plan, metas=metas, group_ranks=[0, 1])
+    packer = build(store=store, layout=layout, plan=plan, metas=metas, group_ranks=[0, 1], fields=STORED)
     with pytest.raises(ValueError, match="micro-batch 99 out of range"):
         packer.window(99)
     with pytest.raises(ValueError, match=f"no SeqMeta for sequence '{mb.keys[0]}'"):
-        cut_window(store, layout, mb, 0, {})
+        cut_window(store, layout, mb, 0, {}, STORED)
     odd = {**meta_of, mb.keys[-1]: replace(meta_of[mb.keys[-1]], extra_fields=())}
     with pytest.raises(ValueError, match="must carry the same extra fields"):
-        cut_window(store, layout, mb, 0, odd)
+        cut_window(store, layout, mb, 0, odd, STORED)
     with_image = next(m for m in metas if m.images)
     unsized = replace(with_image, images=tuple(replace(i, grid_thw=None, num_tokens=None) for i in with_image.images))
     single = make_plan([with_image], 1).ranks[0][0]
     with pytest.raises(ValueError, match="has no token count; apply the encoder's patch rule"):
-        cut_window(store, Layout(1), single, 0, {with_image.key: unsized})
+        cut_window(store, Layout(1), single, 0, {with_image.key: unsized}, STORED)
     bare = LocalStore()
     bare.put(mb.keys[0], {k: v for k, v in rows[mb.keys[0]].items() if k != "advantages"})
     first = make_plan([meta_of[mb.keys[0]]], 1).ranks[0][0]
     with pytest.raises(ValueError, match=r"has no field\(s\) \['advantages'\] to pack"):
-        cut_window(bare, Layout(1), first, 0, meta_of)
+        cut_window(bare, Layout(1), first, 0, meta_of, STORED)

@@ -21,8 +21,9 @@ import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tests.pack.test_packer import assert_matches, assert_shards_match, make_plan, make_rows, reference_window
+from tests.pack.test_packer import STORED, assert_matches, assert_shards_match, make_plan, make_rows, reference_window
 from vlrl.pack import Layout, PackedWindow, new_tp_group, packer_for_rank
+from vlrl.records import ADVANTAGES
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -46,7 +47,9 @@ def _rank_main(rank: int, address: str, namespace: str, rdzv: str, out_dir: str)
         layout = Layout(*shape)
         plan = make_plan(metas, layout.dp)
         tp_group = new_tp_group(layout)
-        packer = packer_for_rank(rank, store=store, layout=layout, plan=plan, metas=metas, tp_group=tp_group)
+        packer = packer_for_rank(
+            rank, store=store, layout=layout, plan=plan, metas=metas, tp_group=tp_group, fields=STORED
+        )
         for i in range(plan.num_micro_batches):
             before = store.io_stats().bytes_read
             window = packer.get(i)
@@ -69,7 +72,9 @@ def _rank_main(rank: int, address: str, namespace: str, rdzv: str, out_dir: str)
     plan = make_plan(metas, 1)
     first = plan.ranks[0][0].keys[0]
     rest = [m for m in metas if m.key != first]
-    broken = packer_for_rank(rank, store=store, layout=layout, plan=plan, metas=rest, tp_group=new_tp_group(layout))
+    broken = packer_for_rank(
+        rank, store=store, layout=layout, plan=plan, metas=rest, tp_group=new_tp_group(layout), fields=STORED
+    )
     try:
         broken.get(0)
     except Exception as error:
@@ -100,8 +105,8 @@ def ranks(ray_session, tmp_path_factory):
     namespace = f"packer-{uuid.uuid4().hex[:8]}"
     store = RayStore.Config(namespace=namespace, chunk_rows=CHUNK_ROWS).build()
     for key, fields in rows.items():
-        store.put(key, {k: v for k, v in fields.items() if k != "advantages"})
-        store.add_fields(key, {"advantages": fields["advantages"]})
+        store.put(key, {k: v for k, v in fields.items() if k != ADVANTAGES})
+        store.add_fields(key, {ADVANTAGES: fields[ADVANTAGES]})
     out = tmp_path_factory.mktemp("packer-ranks")
     address = ray_session.get_runtime_context().gcs_address
     try:

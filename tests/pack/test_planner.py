@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests import records
+from vlrl.bench.pack_bench import draw_lengths
 from vlrl.config import validate
 from vlrl.pack.cost import CostModel
 from vlrl.pack.kk import karmarkar_karp
 from vlrl.pack.layout import Layout
 from vlrl.pack.plan import MicroBatch, Plan, imbalance
 from vlrl.pack.planner import MicroBatchPlanner
-from vlrl.bench.pack_bench import draw_lengths
-from tests import records
-from vlrl.store.records import SeqMeta
+from vlrl.records import SeqMeta
 
 PAD = ("<pad>", -1)
 

@@ -7,12 +7,11 @@ import json
 
 import pytest
 
-from vlrl.config import ConfigError, apply_overrides, validate
+from vlrl.config import AgentBehaviour, ConfigError, DataSource, EnvSettings, apply_overrides, validate
 from vlrl.harness import register
 from vlrl.pool import HarnessPool, HostBudget
 from vlrl.pool.ray_runtime import RayRuntime
 from vlrl.pool.scripted_rollout import ScriptedRollout
-from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
 
 register("light", "tests.pool.light_harness:LightHarness")
 register("light-other", "tests.pool.light_harness:OtherLightHarness")
@@ -50,8 +49,10 @@ def test_a_source_without_an_env_pool_is_refused():
 
 
 def test_an_unregistered_codebase_is_refused():
-    with pytest.raises(ConfigError, match=r"codebase': got 'nope'.*registered harness codebase"):
-        validate(DataSource(codebase="nope"))
+    config = _config()
+    config.sources[0].codebase = "nope"
+    with pytest.raises(ConfigError, match=r"'sources\[0\].codebase': got 'nope'.*registered harness codebase"):
+        validate(config)
 
 
 def test_agent_and_env_settings_are_validated_apart():

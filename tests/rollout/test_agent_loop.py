@@ -12,13 +12,13 @@ import pytest
 import ray as ray_module
 from transformers import Qwen2VLForConditionalGeneration
 
+from tests.reference_logprobs import reference_logprobs
+from vlrl.config import AgentBehaviour, DataSource, EnvSettings
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, TenantContext
-from vlrl.pool.sources import AgentBehaviour, DataSource, EnvSettings
 from vlrl.rollout.agent_loop import AgentLoop
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.store.ray_store import RayStore
-from tests.reference_logprobs import reference_logprobs
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -32,7 +32,7 @@ SOURCE = DataSource(
 
 @pytest.fixture(scope="module")
 def engine(ray_session, tiny_path):
-    handle = EmbeddedEngine.Config(model_path=str(tiny_path), cpus=0, max_batch=8).build()
+    handle = EmbeddedEngine.Config(cpus=0, max_batch=8).build(model_path=str(tiny_path))
     yield handle
     ray_session.kill(handle)
 

@@ -38,7 +38,7 @@ def _chat(processor) -> ChatFormat:
 
 
 def test_a_small_engine_image_cache_makes_the_client_resend(ray_session, tiny_path, processor):
-    engine = EmbeddedEngine.Config(model_path=str(tiny_path), cpus=0, image_cache_mb=1.5).build()
+    engine = EmbeddedEngine.Config(cpus=0, image_cache_mb=1.5).build(model_path=str(tiny_path))
     try:
         client = InferenceClient([RayEndpoint(engine, "engine")], InferenceClient.Config(backoff_s=0))
         screens = _screens(4)
@@ -51,7 +51,7 @@ def test_a_small_engine_image_cache_makes_the_client_resend(ray_session, tiny_pa
 
 
 def test_a_replica_restart_mid_trajectory_is_survived(ray_session, tiny_path, processor):
-    engine = EmbeddedEngine.Config(model_path=str(tiny_path), cpus=0, max_restarts=1).build()
+    engine = EmbeddedEngine.Config(cpus=0, max_restarts=1).build(model_path=str(tiny_path))
     try:
         client = InferenceClient([RayEndpoint(engine, "engine")], InferenceClient.Config(backoff_s=0.5, retries=6))
         chat, screens, turns = _chat(processor), _screens(4), []

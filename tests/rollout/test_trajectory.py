@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vlrl.mm import PatchRule, image_store_key
+from vlrl.mm import PatchRule
+from vlrl.records import SeqMeta, image_store_key
 from vlrl.rollout.chat import Segment
 from vlrl.rollout.client import ContextImage
 from vlrl.rollout.protocol import GenerateResult
 from vlrl.rollout.trajectory import Trajectory
 from vlrl.store import LocalStore
-from vlrl.store.records import SeqMeta
 
 RULE = PatchRule(min_pixels=56 * 56, max_pixels=112 * 112)
 

@@ -234,14 +234,14 @@ def test_tied_weights_are_staged_apart_and_the_worker_loads_every_tensor(tmp_pat
 
 
 def test_config_defaults_validate_and_engine_args_are_fixed_where_rl_needs_them():
-    config = validate(VLLMEngine.Config(model_path="ckpt"))
-    args = engine_args(config)
+    config = validate(VLLMEngine.Config())
+    args = engine_args(config, model_path="ckpt")
     assert args["model"] == "ckpt" and args["logprobs_mode"] == "raw_logprobs"
     assert args["generation_config"] == "vllm" and args["distributed_executor_backend"] == "uni"
     module, _, name = args["worker_extension_cls"].rpartition(".")
     assert getattr(importlib.import_module(module), name) is WeightLoader
-    tp2 = validate(VLLMEngine.Config(model_path="ckpt", tensor_parallel_size=2, gpus=2))
-    assert engine_args(tp2)["distributed_executor_backend"] == "mp"
+    tp2 = validate(VLLMEngine.Config(tensor_parallel_size=2, gpus=2))
+    assert engine_args(tp2, model_path="ckpt")["distributed_executor_backend"] == "mp"
     assert config.encoder is None
 
 
@@ -253,12 +253,11 @@ def test_config_defaults_validate_and_engine_args_are_fixed_where_rl_needs_them(
         ({"engine_args": {"seed": 3, "max_num_batched_tokens": 8192}}, "engine_args", "VLLMEngine sets itself (seed)"),
         ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization", "<= 1"),
         ({"gpus": 0.0}, "gpus", "> 0"),
-        ({"model_path": ""}, "model_path", "of length >= 1"),
     ],
 )
 def test_config_errors_name_the_field(fields, path, expected):
     with pytest.raises(ConfigError) as error:
-        validate(VLLMEngine.Config(**{"model_path": "ckpt", **fields}))
+        validate(VLLMEngine.Config(**fields))
     assert error.value.path == path and expected in str(error.value)
 
 
@@ -268,15 +267,15 @@ def test_config_errors_name_the_field(fields, path, expected):
 def test_starting_the_engine_without_vllm_says_how_to_install_it(monkeypatch, tiny_path):
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails, whatever is installed
     with pytest.raises(ImportError, match=r"pip install 'vlrl\[vllm\]' on a CUDA machine"):
-        VLLMEngine(VLLMEngine.Config(model_path=str(tiny_path)))
+        VLLMEngine(VLLMEngine.Config(), str(tiny_path))
 
 
 @pytest.mark.ray
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed: the actor would start it")
 def test_the_actor_fails_to_start_with_the_message(ray_session, tiny_path):
     ray = ray_session
-    config = validate(VLLMEngine.Config(model_path=str(tiny_path), cpus=0))
-    engine = ray.remote(VLLMEngine).options(num_cpus=0, num_gpus=0).remote(config)  # build() wants a GPU
+    config = validate(VLLMEngine.Config(cpus=0))
+    engine = ray.remote(VLLMEngine).options(num_cpus=0, num_gpus=0).remote(config, str(tiny_path))  # build() wants a GPU
     with pytest.raises(ray.exceptions.RayActorError, match=MISSING_VLLM.replace("[", r"\[").replace("]", r"\]")):
         ray.get(engine.load.remote(), timeout=120)
 
@@ -284,7 +283,7 @@ def test_the_actor_fails_to_start_with_the_message(ray_session, tiny_path):
 def test_build_needs_ray(monkeypatch):
     monkeypatch.setattr("ray.is_initialized", lambda: False)
     with pytest.raises(RuntimeError, match="VLLMEngine needs a running Ray"):
-        VLLMEngine.Config(model_path="ckpt").build()
+        VLLMEngine.Config().build(model_path="ckpt")
 
 
 # -- the actor's loop on a stand-in for vLLM's AsyncLLM
@@ -350,7 +349,7 @@ def test_actor_serves_misses_scores_and_updates_between_requests(fake_vllm, tiny
     prompt = user_turn(processor, "click OK", [shot])
 
     async def main():
-        engine = VLLMEngine(VLLMEngine.Config(model_path=str(tiny_path), weights_dir=str(tmp_path)))
+        engine = VLLMEngine(VLLMEngine.Config(weights_dir=str(tmp_path)), str(tiny_path))
         miss = await engine.generate(request(prompt, (part(shot, send=False),)))
         first = await engine.generate(request(prompt, (part(shot),), trajectory="t"))
 

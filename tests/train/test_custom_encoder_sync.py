@@ -50,11 +50,12 @@ def test_engine_and_trainer_share_the_plug_in_encoder(ray_session, tiny_path, st
     ray = ray_session
     work, store_config = stored
     trainer = Trainer.Config(
-        model_path=str(tiny_path), lr=1e-2, loss=PolicyLoss.Config(kind="sft"), encoder=spec,
+        lr=1e-2, loss=PolicyLoss.Config(kind="sft"), encoder=spec,
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=160),
     )  # fmt: skip
-    group = TrainerGroup.Config(trainer=trainer, cpus_per_worker=0.5).build(store_config=store_config)
-    engine = validate(EmbeddedEngine.Config(model_path=str(tiny_path), cpus=0, torch_threads=1, encoder=spec)).build()
+    group_config = TrainerGroup.Config(trainer=trainer, cpus_per_worker=0.5)
+    group = group_config.build(model_path=str(tiny_path), store_config=store_config)
+    engine = validate(EmbeddedEngine.Config(cpus=0, torch_threads=1, encoder=spec)).build(model_path=str(tiny_path))
     try:
         meta = work.metas[0]
         tokens = work.rows[meta.key]["token_ids"]

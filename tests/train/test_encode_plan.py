@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from vlrl.mm import MMItemMeta
 from vlrl.pack.kk import karmarkar_karp
+from vlrl.records import MMItemMeta
 from vlrl.train.encode_plan import _lpt, plan_encoders
 
 

@@ -20,13 +20,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from encoders.protocol import EncoderError
-from tests.records import seq_meta
 from encoders.qwen2vl import Qwen2VLEncoder
+from tests.records import seq_meta
 from vlrl.mm import PatchRule, store_image
 from vlrl.pack import Layout, MicroBatchPlanner, cut_window
+from vlrl.records import SeqMeta, fields_for
 from vlrl.store import LocalStore
 from vlrl.store.errors import KeyMissingError
-from vlrl.store.records import SeqMeta
 from vlrl.train.encode_step import StepEncoder
 from vlrl.train.step_images import step_images
 
@@ -83,6 +83,10 @@ def make_step(store, seed: int = 0) -> list[SeqMeta]:
     return metas
 
 
+PACKED = fields_for({"policy_gradient"})
+"""The fields the rows hold, packed into the windows whose image placements the test reads."""
+
+
 def plan_step(metas, layout: Layout):
     return MicroBatchPlanner.Config(max_tokens_per_micro_batch=400).build().plan(metas, layout.dp)
 
@@ -92,7 +96,7 @@ def expected_rows(store, metas, plan, layout: Layout, rank: int, micro_batch: in
     encoded on its own (no dedup), cut by the window's image placements."""
     dp, cp, tp = layout.coords(rank)
     by_key = {m.key: m for m in metas}
-    window = cut_window(store, layout, plan.ranks[dp][micro_batch], cp, by_key).tp_shard(layout, tp)
+    window = cut_window(store, layout, plan.ranks[dp][micro_batch], cp, by_key, PACKED).tp_shard(layout, tp)
     rows = []
     for placement in window.images:
         meta = by_key[placement.seq_key]
@@ -213,7 +217,7 @@ def test_pieces_follow_the_packers_windows():
         for i, mb_images in enumerate(images.micro_batches):
             for rank in range(layout.world_size):
                 dp, cp, tp = layout.coords(rank)
-                window = cut_window(store, layout, plan.ranks[dp][i], cp, by_key).tp_shard(layout, tp)
+                window = cut_window(store, layout, plan.ranks[dp][i], cp, by_key, PACKED).tp_shard(layout, tp)
                 pieces = sorted((p for p in mb_images.pieces if p.dest_rank == rank), key=lambda p: p.dest_offset)
                 hashes = [by_key[w.seq_key].images[by_key[w.seq_key].image_offsets[w.occurrence][1]].content_hash for w in window.images]
                 assert [(p.content_hash, p.row_start, p.num_rows) for p in pieces] == [

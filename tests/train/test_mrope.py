@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from vlrl.mm import MMItemMeta, image_store_key
+from tests.records import seq_meta
 from vlrl.pack.layout import Layout
 from vlrl.pack.plan import MicroBatch
-from tests.records import seq_meta
-from vlrl.store.records import SeqMeta
+from vlrl.records import MMItemMeta, SeqMeta, image_store_key
 from vlrl.train.mrope import sequence_mrope, window_mrope
 
 MERGE = 2

@@ -9,7 +9,7 @@ from vlrl.mm import store_image
 from vlrl.store import LocalStore
 from vlrl.store.errors import KeyMissingError
 from vlrl.train.encode_plan import plan_encoders
-from vlrl.train.pixel_fetch import PixelFetcher
+from vlrl.train.pixel_fetch import fetch_pixels
 
 
 def _stored(store, n):
@@ -26,11 +26,9 @@ def test_each_rank_reads_only_its_own_images():
     total = 0
     for rank in range(4):
         before = writer.io_stats().bytes_read
-        fetcher = PixelFetcher(writer, rank)
-        pixels = fetcher.prefetch(plan).result()
-        fetcher.close()
-        moved = writer.io_stats().bytes_read - before
         mine = [plan.hashes[i] for i in plan.items_of(rank)]
+        pixels = fetch_pixels(writer, mine, rank=rank)
+        moved = writer.io_stats().bytes_read - before
         expected = [m for m in metas if m.content_hash in mine]
         assert moved == sum(m.nbytes for m in expected)
         assert [p.shape[:2] for p in pixels] == [(m.height, m.width) for m in sorted(expected, key=lambda m: mine.index(m.content_hash))]
@@ -42,6 +40,5 @@ def test_missing_pixels_are_named():
     store = LocalStore()
     metas = _stored(store, 2)
     store.delete([metas[1].store_key])
-    plan = plan_encoders(metas, world_size=1)
     with pytest.raises(KeyMissingError, match=rf"rank 0: pixels of image\(s\) \['{metas[1].content_hash}'\]"):
-        PixelFetcher(store, 0).fetch(plan)
+        fetch_pixels(store, [m.content_hash for m in metas], rank=0)

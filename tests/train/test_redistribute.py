@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from vlrl.mm import MMItemMeta
 from vlrl.pack.layout import Layout
+from vlrl.records import MMItemMeta
 from vlrl.train.encode_plan import plan_encoders
 from vlrl.train.redistribute import Routing, place_images, redistribute
 

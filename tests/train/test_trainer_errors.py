@@ -9,6 +9,7 @@ import pytest
 
 from tests.train.trainer_workload import make_workload
 from vlrl.pack import Layout, MicroBatchPlanner, cut_window
+from vlrl.records import fields_for
 from vlrl.train.mrope import sequence_mrope
 from vlrl.train.policy_model import PolicyModel
 from vlrl.train.targets import micro_batch_inputs
@@ -35,11 +36,11 @@ def test_image_placements_must_sit_on_image_tokens(tiny_path):
     layout = Layout(1)
     plan = MicroBatchPlanner.Config().build().plan(work.metas, 1)
     mb = plan.ranks[0][0]
-    window = cut_window(store, layout, mb, 0, {meta.key: meta})
+    window = cut_window(store, layout, mb, 0, {meta.key: meta}, fields_for({"policy_gradient"}))
     model = PolicyModel.load(tiny_path)
     with pytest.raises(ValueError, match="image placements cover tokens that are not the image token"):
         micro_batch_inputs(
             window, mb, layout, 0, 0, {meta.key: sequence_mrope(meta, model.merge_size)},
             image_token_id=model.image_token_id,
         )  # fmt: skip
-    assert np.isfinite(window.old_logprobs).all()
+    assert np.isfinite(window.logprobs).all()

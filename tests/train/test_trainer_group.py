@@ -33,10 +33,10 @@ def stored(ray_session, tiny_path):
     store.destroy()
 
 
-def group_config(tiny_path, **trainer) -> TrainerGroup.Config:
+def group_config(**trainer) -> TrainerGroup.Config:
     return TrainerGroup.Config(
         trainer=Trainer.Config(
-            model_path=str(tiny_path), lr=1e-3, loss=PolicyLoss.Config(kind="grpo"),
+            lr=1e-3, loss=PolicyLoss.Config(kind="grpo"),
             micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=160), **trainer,
         ),
         cpus_per_worker=0.5,
@@ -46,8 +46,8 @@ def group_config(tiny_path, **trainer) -> TrainerGroup.Config:
 def test_engine_serves_the_trainers_weights(ray_session, tiny_path, stored):
     ray = ray_session
     work, store_config = stored
-    group = group_config(tiny_path).build(store_config=store_config)
-    engine = validate(EmbeddedEngine.Config(model_path=str(tiny_path), cpus=0, torch_threads=1)).build()
+    group = group_config().build(model_path=str(tiny_path), store_config=store_config)
+    engine = validate(EmbeddedEngine.Config(cpus=0, torch_threads=1)).build(model_path=str(tiny_path))
     try:
         meta = work.metas[0]
         row = work.rows[meta.key]
@@ -81,7 +81,7 @@ def test_resumed_run_matches_the_uninterrupted_run(ray_session, tiny_path, store
     batches = [work.metas, work.metas[:4], work.metas[2:]]
     keys = ("loss", "grad_norm", "entropy", "tokens")
 
-    group = group_config(tiny_path, dtype="float64").build(store_config=store_config)
+    group = group_config(dtype="float64").build(model_path=str(tiny_path), store_config=store_config)
     try:
         uninterrupted = [group.step(batches[0])]
         group.save(tmp_path / "ckpt", {"driver": {"version": 1}})
@@ -90,7 +90,7 @@ def test_resumed_run_matches_the_uninterrupted_run(ray_session, tiny_path, store
     finally:
         group.shutdown()
 
-    resumed_group = group_config(tiny_path, dtype="float64").build(store_config=store_config)
+    resumed_group = group_config(dtype="float64").build(model_path=str(tiny_path), store_config=store_config)
     try:
         assert resumed_group.load(tmp_path / "ckpt") == {"driver": {"version": 1}}
         resumed = [resumed_group.step(b) for b in batches[1:]]

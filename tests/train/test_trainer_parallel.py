@@ -21,9 +21,9 @@ LOSS = PolicyLoss.Config(kind="grpo", clip_low=0.2, clip_high=0.28)
 MICRO_BATCH_TOKENS = 160  # several micro-batches per rank, sequences packed together
 
 
-def trainer_config(model_path) -> Trainer.Config:
+def trainer_config() -> Trainer.Config:
     return Trainer.Config(
-        model_path=str(model_path), dtype="float64", loss=LOSS, encode_chunk_tokens=64, lr=1e-3, max_grad_norm=0.5,
+        dtype="float64", loss=LOSS, encode_chunk_tokens=64, lr=1e-3, max_grad_norm=0.5,
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=MICRO_BATCH_TOKENS),
     )  # fmt: skip
 
@@ -36,7 +36,7 @@ def _rank_main(rank: int, world: int, layouts, model_path: str, work_file: str, 
     results = {}
     try:
         for shape in layouts:
-            trainer = trainer_config(model_path).build(store=store, layout=Layout(*shape))
+            trainer = trainer_config().build(model_path=model_path, store=store, layout=Layout(*shape))
             metrics = trainer.forward_backward(work.metas)
             grads = {}
             for name, param in trainer.model.model.named_parameters():
@@ -69,7 +69,7 @@ def _run(tmp_path, world: int, layouts, model_path, work):
 @pytest.fixture(scope="module")
 def reference(tiny_path):
     work = make_workload(tiny_path)
-    config = trainer_config(tiny_path)
+    config = trainer_config()
     loss, grads, weights = reference_step(
         tiny_path, work, LOSS, lr=config.lr, betas=config.betas, max_grad_norm=config.max_grad_norm
     )

@@ -16,9 +16,9 @@ import torch
 from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
 from tests.records import seq_meta
-from vlrl.mm import PIXELS_FIELD, patch_rule_of, store_image
+from vlrl.mm import patch_rule_of, store_image
+from vlrl.records import PIXELS, SeqMeta
 from vlrl.store import LocalStore, PayloadStore
-from vlrl.store.records import SeqMeta
 from vlrl.train.loss import Normaliser, PolicyLoss, token_logprobs_and_entropy
 
 SIZES = [(56, 84), (112, 112), (84, 168), (140, 56)]
@@ -115,7 +115,7 @@ def reference_step(
     model = Qwen2VLForConditionalGeneration.from_pretrained(model_path, dtype=torch.float64)
     loss_fn = loss_config.build()
     counts = [int(work.rows[m.key]["loss_mask"][1:].sum()) for m in work.metas]
-    normaliser = Normaliser.from_counts(counts)
+    normaliser = Normaliser(tokens=sum(counts), sequences=sum(n > 0 for n in counts))
     total = torch.zeros((), dtype=torch.float64)
     for meta, n in zip(work.metas, counts, strict=True):
         row = work.rows[meta.key]
@@ -143,4 +143,4 @@ def reference_step(
     return total.item(), grads, weights
 
 
-__all__ = ["PIXELS_FIELD", "Workload", "make_workload", "reference_step"]
+__all__ = ["PIXELS", "Workload", "make_workload", "reference_step"]

@@ -114,7 +114,7 @@ def measure_rollout(turns: int, trajectories: int, images: list[ContextImage]) -
         chat = ChatFormat(processor.tokenizer, patch_rule_of(processor), "gui-agent", "Answer with one action.")
         results = {}
         for scheme in ("full", "delta"):
-            engine = EmbeddedEngine.Config(model_path=str(path), cpus=0).build()
+            engine = EmbeddedEngine.Config(cpus=0).build(model_path=str(path))
             client = InferenceClient([RayEndpoint(engine, "engine")], InferenceClient.Config(image_shipping=scheme))
             started = time.perf_counter()
             asyncio.run(_rollouts(client, chat, images[:turns], trajectories))

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from vlrl.mm import MMItemMeta, PatchRule, image_store_key
-from vlrl.store.records import SeqMeta
+from vlrl.mm import PatchRule
+from vlrl.records import ADVANTAGES, LOGPROBS, LOSS_MASK, PIXELS, TOKEN_IDS, MMItemMeta, SeqMeta, image_store_key
 
 TOKENS = 4096
 SCREENSHOTS = 15
@@ -68,9 +68,9 @@ def seq_meta(index: int, group: int) -> SeqMeta:
 def payload(seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {
-        "token_ids": rng.integers(0, 151_000, TOKENS).astype(np.int32),
-        "logprobs": -rng.exponential(1.0, TOKENS).astype(np.float32),
-        "loss_mask": rng.random(TOKENS) < 0.25,
+        TOKEN_IDS: rng.integers(0, 151_000, TOKENS).astype(np.int32),
+        LOGPROBS: -rng.exponential(1.0, TOKENS).astype(np.float32),
+        LOSS_MASK: rng.random(TOKENS) < 0.25,
     }
 
 
@@ -115,8 +115,8 @@ def measure_gathering(sequences: int) -> dict[str, float]:
     held = []
     for index in range(sequences):
         row = payload(index)
-        row["advantages"] = np.zeros(TOKENS, np.float32)
-        row["pixels"] = np.zeros((SCREENSHOTS, HEIGHT, WIDTH, 3), np.uint8)
+        row[ADVANTAGES] = np.zeros(TOKENS, np.float32)
+        row[PIXELS] = np.zeros((SCREENSHOTS, HEIGHT, WIDTH, 3), np.uint8)
         held.append((seq_meta(index, index // GROUP), row))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()

@@ -27,16 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from vlrl.pack import Layout, MicroBatchPlanner, TPGroupPacker
-from vlrl.pack import shared
+from vlrl.pack import Layout, MicroBatchPlanner, TPGroupPacker, shared
+from vlrl.records import ADVANTAGES, LOGPROBS, LOSS_MASK, TOKEN_IDS, SeqMeta, fields_for
 from vlrl.store import PayloadStore
-from vlrl.store.records import SeqMeta
 
 CHUNK_ROWS = 256
 """Store chunk (tokens): small enough that rounding the window's cuts out to chunks costs a few
 percent of a 64k-token micro-batch's window at CP=4, large enough to keep objects per row few."""
 MICRO_BATCH_TOKENS = 65536
-FIELDS = ["token_ids", "logprobs", "loss_mask", "advantages"]
+PACKED = fields_for({"policy_gradient"})
 ROWS = {"small": 32, "full": 256}
 
 
@@ -56,10 +55,10 @@ def write_rows(store: PayloadStore, lengths: np.ndarray, seed: int) -> list[SeqM
         store.put(
             key,
             {
-                "token_ids": rng.integers(0, 151_000, n).astype(np.int32),
-                "logprobs": -rng.exponential(1.0, n).astype(np.float32),
-                "loss_mask": mask,
-                "advantages": np.where(mask, rng.normal(), 0).astype(np.float32),
+                TOKEN_IDS: rng.integers(0, 151_000, n).astype(np.int32),
+                LOGPROBS: -rng.exponential(1.0, n).astype(np.float32),
+                LOSS_MASK: mask,
+                ADVANTAGES: np.where(mask, rng.normal(), 0).astype(np.float32),
             },
         )
         metas.append(
@@ -94,7 +93,9 @@ def measure_layout(store: PayloadStore, metas: list[SeqMeta], layout: Layout) ->
     window_bytes = whole_bytes = touched_bytes = shared_bytes = private_bytes = windows = 0
     pack_s = 0.0
     for leader in range(0, layout.world_size, layout.tp):
-        packer = config.build(store=store, layout=layout, plan=plan, metas=metas, group_ranks=layout.tp_group(leader))
+        packer = config.build(
+            store=store, layout=layout, plan=plan, metas=metas, group_ranks=layout.tp_group(leader), fields=PACKED
+        )
         for i, mb in enumerate(plan.ranks[packer.dp_rank]):
             started = time.perf_counter()
             fetched, published = moved(lambda: packer.publish(i))
@@ -106,8 +107,8 @@ def measure_layout(store: PayloadStore, metas: list[SeqMeta], layout: Layout) ->
             del views
             touched = sorted({r.key for r in mb.cp_ranges(packer.cp_rank, layout)})
             window_bytes += fetched
-            whole_bytes += moved(lambda: store.get(list(mb.keys), FIELDS))[0]
-            touched_bytes += moved(lambda: store.get(touched, FIELDS))[0] if touched else 0
+            whole_bytes += moved(lambda: store.get(list(mb.keys), PACKED))[0]
+            touched_bytes += moved(lambda: store.get(touched, PACKED))[0] if touched else 0
             windows += 1
     return {
         "micro_batches_per_dp_rank": plan.num_micro_batches,
@@ -128,7 +129,7 @@ def measure(
     lengths = draw_lengths(n_rows, seed)
     metas = write_rows(store, lengths, seed)
     try:
-        chunk_rows = store.schema(metas[0].key)["token_ids"].chunk_rows
+        chunk_rows = store.schema(metas[0].key)[TOKEN_IDS].chunk_rows
         per_cp = {f"cp{cp}": measure_layout(store, metas, Layout(dp, cp, tp)) for cp in cps}
     finally:
         store.delete([m.key for m in metas])

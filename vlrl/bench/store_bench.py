@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from vlrl.records import LOGPROBS, LOSS_MASK, PIXELS, TOKEN_IDS
+
 TOKENS = 4096
 SCREENSHOTS = 15
 HEIGHT, WIDTH = 720, 1280
@@ -30,10 +32,10 @@ ROWS = {"small": 4, "full": 16}
 def make_row(seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {
-        "token_ids": rng.integers(0, 151_000, TOKENS).astype(np.int32),
-        "logprobs": -rng.exponential(1.0, TOKENS).astype(np.float32),
-        "loss_mask": rng.random(TOKENS) > 0.3,
-        "pixels": rng.integers(0, 256, (SCREENSHOTS, HEIGHT, WIDTH, 3), dtype=np.uint8),
+        TOKEN_IDS: rng.integers(0, 151_000, TOKENS).astype(np.int32),
+        LOGPROBS: -rng.exponential(1.0, TOKENS).astype(np.float32),
+        LOSS_MASK: rng.random(TOKENS) > 0.3,
+        PIXELS: rng.integers(0, 256, (SCREENSHOTS, HEIGHT, WIDTH, 3), dtype=np.uint8),
     }
 
 
@@ -49,9 +51,9 @@ def measure_reads(store: Any, keys: list[str]) -> dict[str, float]:
     full_bytes = moved(lambda: store.get(keys))
     get_s = time.perf_counter() - started
     row = moved(lambda: store.get(keys[:1]))
-    field = moved(lambda: store.get(keys[:1], ["logprobs"]))
+    field = moved(lambda: store.get(keys[:1], [LOGPROBS]))
     start = TOKENS // 3  # deliberately not chunk-aligned
-    ranged = moved(lambda: store.get_range(keys[0], "logprobs", start, start + TOKENS // 4))
+    ranged = moved(lambda: store.get_range(keys[0], LOGPROBS, start, start + TOKENS // 4))
     return {
         "get_mb_s": full_bytes / get_s / 1e6,
         "get_rows_s": len(keys) / get_s,

@@ -182,7 +182,7 @@ def write_workload(store: Any, spec: WorkloadSpec, model_path: str | Path) -> li
     from transformers import AutoProcessor, Qwen2VLConfig
 
     from vlrl.mm import patch_rule_of, store_image
-    from vlrl.store.records import SeqMeta
+    from vlrl.records import ADVANTAGES, LOGPROBS, LOSS_MASK, TOKEN_IDS, SeqMeta
 
     config = Qwen2VLConfig.from_pretrained(model_path)
     rule = patch_rule_of(AutoProcessor.from_pretrained(model_path))
@@ -226,10 +226,10 @@ def write_workload(store: Any, spec: WorkloadSpec, model_path: str | Path) -> li
             loss_mask = np.array(mask)
             key = f"bench/train/g{g}m{m}"
             store.put(key, {
-                "token_ids": np.array(ids, np.int32),
-                "logprobs": np.where(loss_mask, -np.log(vocab) + rng.normal(0, 0.1, n), 0).astype(np.float32),
-                "loss_mask": loss_mask,
-                "advantages": np.where(loss_mask, advantages[m], 0).astype(np.float32),
+                TOKEN_IDS: np.array(ids, np.int32),
+                LOGPROBS: np.where(loss_mask, -np.log(vocab) + rng.normal(0, 0.1, n), 0).astype(np.float32),
+                LOSS_MASK: loss_mask,
+                ADVANTAGES: np.where(loss_mask, advantages[m], 0).astype(np.float32),
             })  # fmt: skip
             metas.append(SeqMeta(
                 key=key, group_id=f"g{g}", source=device, sample_index=m, reward=float(rewards[m]),
@@ -271,10 +271,10 @@ def measure_layout(
         torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated() / 2**20 if device == "cuda" else _peak_mb(device)
     config = Trainer.Config(
-        model_path=str(model_path), dtype=dtype, lr=1e-5, loss=PolicyLoss.Config(kind="grpo"),
+        dtype=dtype, lr=1e-5, loss=PolicyLoss.Config(kind="grpo"),
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=workload.micro_batch_tokens),
     )  # fmt: skip
-    trainer = config.build(store=store, layout=Layout(*shape))
+    trainer = config.build(model_path=str(model_path), store=store, layout=Layout(*shape))
     try:
         warm = trainer.step(metas)
         times = [trainer.step(metas)["step_s"] for _ in range(steps)]

@@ -22,8 +22,12 @@ from vlrl.config.schema import (
     is_config,
     validate,
 )
+from vlrl.config.sources import AgentBehaviour, DataSource, EnvSettings
 
 __all__ = [
+    "AgentBehaviour",
+    "DataSource",
+    "EnvSettings",
     "ConfigError",
     "Constraint",
     "Ge",

@@ -28,7 +28,7 @@ from typing import Literal
 
 import numpy as np
 
-from vlrl.store.records import SeqMeta
+from vlrl.records import SeqMeta
 
 Estimator = Literal["grpo", "dr_grpo", "rloo"]
 

@@ -20,46 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from vlrl.config import ConfigError, Ge
+from vlrl.config import ConfigError, DataSource, Ge
 from vlrl.control.grader import Grader, GraderRunner
-from vlrl.control.group_hook import GroupDecision, GroupHook
+from vlrl.control.group_hook import GroupHook
 from vlrl.pool.budget import split_by_shares
 from vlrl.pool.harness_pool import HarnessPool
-from vlrl.pool.sources import DataSource
 from vlrl.pool.tenant import Tenant, TenantOutcome
-from vlrl.store.records import SeqMeta
+from vlrl.records import AcceptedGroup, Batch, SeqMeta
 
 TenantFactory = Callable[[DataSource, int, str, int], Tenant]
-"""Builds the tenant of one trajectory: ``(source, task_seed, group_id, sample_index)``."""
-
-
-def agent_loop_factory(source: DataSource, seed: int, group_id: str, index: int) -> Tenant:
-    from vlrl.rollout.agent_loop import AgentLoop
-
-    return AgentLoop(source, seed=seed, group_id=group_id, sample_index=index)
-
-
-@dataclass(frozen=True, slots=True)
-class AcceptedGroup:
-    group_id: str
-    source: str
-    metas: tuple[SeqMeta, ...]
-    decision: GroupDecision
-    policy_version: int
-    """Oldest policy version that sampled any of its tokens."""
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    step: int
-    groups: tuple[AcceptedGroup, ...]
-
-    @property
-    def sequences(self) -> list[SeqMeta]:
-        return [meta for group in self.groups for meta in group.metas]
-
-    def per_source(self) -> dict[str, int]:
-        return dict(Counter(group.source for group in self.groups))
+"""Builds the tenant of one trajectory: ``(source, task_seed, group_id, sample_index)``; the
+training job passes ``rollout.agent_loop.agent_loop_factory``."""
 
 
 @dataclass(slots=True)
@@ -185,7 +156,7 @@ class Driver:
         store: Any,
         *,
         grader: Grader | None = None,
-        tenant_factory: TenantFactory = agent_loop_factory,
+        tenant_factory: TenantFactory,
         seed: int = 0,
     ) -> None:
         names = [source.name for source in sources]

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal, Protocol, runtime_checkable
 
 from vlrl.config import Ge, Gt
-from vlrl.control.groups import group_id_of
-from vlrl.store.records import SeqMeta
+from vlrl.records import SeqMeta, group_id_of
 
 
 @runtime_checkable

@@ -37,47 +37,14 @@ from vlrl.control.advantages import (
     resolve_shaping,
     token_advantages,
 )
-from vlrl.control.groups import group_id_of
 from vlrl.control.penalties import OverlongPenalty
 from vlrl.control.sampler import PassRateSampler
+from vlrl.records import ADVANTAGES, LOGPROBS, LOSS_MASK, TEACHER_LOGPROBS, GroupDecision, SeqMeta, group_id_of
 from vlrl.store import PayloadStore
-from vlrl.store.records import SeqMeta
-
-ADVANTAGES_FIELD = "advantages"
-"""Per-token float32 advantages the hook writes for every accepted sequence."""
-
-TEACHER_FIELD = "teacher_logprobs"
-"""Per-token float32 teacher logprobs a teacher scorer writes under OPD."""
-
-Status = Literal["accepted", "rejected", "dropped"]
 
 
 class MissingTeacherScores(LookupError):
     """OPD mode reached a group before its teacher scores were in the store."""
-
-
-@dataclass(frozen=True, slots=True)
-class GroupDecision:
-    group_id: str
-    status: Status
-    """``rejected`` by the sampler, ``dropped`` for all-zero advantages, else ``accepted``."""
-    reason: str
-    keys: tuple[str, ...]
-    """The group's store keys, in the order of the metas the hook was given."""
-    rewards: tuple[float, ...]
-    """Final reward per sequence: after the overlong penalty, or as given if rejected before it."""
-    advantages: tuple[float, ...] = ()
-    """Scalar advantage per sequence after shaping (OPD: the mean per-token advantage over the
-    response, for metrics); empty when the sampler rejected the group first."""
-
-    @property
-    def accepted(self) -> bool:
-        return self.status == "accepted"
-
-    @property
-    def keys_to_delete(self) -> tuple[str, ...]:
-        """Keys the driver must delete now: all of a rejected or dropped group, none otherwise."""
-        return () if self.accepted else self.keys
 
 
 class GroupHook:
@@ -141,23 +108,23 @@ class GroupHook:
         final = (tuple(rewards.tolist()), tuple(advantages.tolist()))
         if self.config.drop_zero_advantage and not advantages.any():
             return GroupDecision(group_id, "dropped", f"{sampled.reason}; all advantages zero", keys, *final)
-        masks = store.get(list(keys), fields=["loss_mask"])
-        per_token = [token_advantages(_column(masks, m, "loss_mask"), a) for m, a in zip(metas, advantages)]
+        masks = store.get(list(keys), fields=[LOSS_MASK])
+        per_token = [token_advantages(_column(masks, m, LOSS_MASK), a) for m, a in zip(metas, advantages)]
         _write(store, metas, per_token)
         return GroupDecision(group_id, "accepted", sampled.reason, keys, *final)
 
     def _opd(self, group_id: str, metas: Sequence[SeqMeta], store: PayloadStore) -> GroupDecision:
         keys = tuple(m.key for m in metas)
-        missing = [k for k in keys if TEACHER_FIELD not in store.schema(k)]  # schema reads no payload
+        missing = [k for k in keys if TEACHER_LOGPROBS not in store.schema(k)]  # schema reads no payload
         if missing:
             raise MissingTeacherScores(
-                f"group {group_id!r}: keys {missing} have no {TEACHER_FIELD!r} field; "
+                f"group {group_id!r}: keys {missing} have no {TEACHER_LOGPROBS!r} field; "
                 "the teacher scorer must finish a group before the accept-time hook runs"
             )
-        rows = store.get(list(keys), fields=["logprobs", TEACHER_FIELD, "loss_mask"])
+        rows = store.get(list(keys), fields=[LOGPROBS, TEACHER_LOGPROBS, LOSS_MASK])
         per_token = [
             opd_token_advantages(
-                _column(rows, m, "logprobs"), _column(rows, m, TEACHER_FIELD), _column(rows, m, "loss_mask")
+                _column(rows, m, LOGPROBS), _column(rows, m, TEACHER_LOGPROBS), _column(rows, m, LOSS_MASK)
             )
             for m in metas
         ]  # n x (T_i,) float32
@@ -185,4 +152,4 @@ def _write(store: PayloadStore, metas: Sequence[SeqMeta], per_token: list[np.nda
     """Write each sequence's ``(T_i,)`` advantages, once all were computed and checked: a bad row
     fails the group before any of it is written."""
     for meta, advantages in zip(metas, per_token):
-        store.add_fields(meta.key, {ADVANTAGES_FIELD: advantages})
+        store.add_fields(meta.key, {ADVANTAGES: advantages})

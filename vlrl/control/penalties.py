@@ -20,7 +20,7 @@ from typing import Annotated
 import numpy as np
 
 from vlrl.config import ConfigError, Ge
-from vlrl.store.records import SeqMeta
+from vlrl.records import SeqMeta
 
 
 class OverlongPenalty:

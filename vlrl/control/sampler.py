@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from vlrl.config import ConfigError, Ge, Le
-from vlrl.control.groups import group_id_of
-from vlrl.store.records import SeqMeta
+from vlrl.records import SeqMeta, group_id_of
 
 
 @dataclass(frozen=True, slots=True)

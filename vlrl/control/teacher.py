@@ -1,31 +1,40 @@
 """On-policy distillation: a teacher scores every finished trajectory.
 
-The teacher is an engine replica with the same API as the policy's (``score``). For each
-sequence of a group the scorer reads its token ids, loss mask and images from the store, asks the
-teacher for per-token logprobs of the whole sequence (images included), and writes them on the
-response tokens (0 elsewhere) as the ``teacher_logprobs`` field. It plugs into the driver as a
-grader: it runs asynchronously alongside rollouts, is retried and reported like one, and leaves
-rewards as they were; the OPD hook then turns the scores into per-token advantages.
+The teacher is anything with ``Teacher.logprobs`` (the training job passes an engine replica
+through ``rollout.teacher_engine.EngineTeacher``; the control plane never imports the engines).
+For each sequence of a group the scorer reads its token ids, loss mask and images from the store,
+asks the teacher for per-token logprobs of the whole sequence (images included), and writes them
+on the response tokens (0 elsewhere) as the ``teacher_logprobs`` field. It plugs into the driver
+as a grader: it runs asynchronously alongside rollouts, is retried and reported like one, and
+leaves rewards as they were; the OPD hook then turns the scores into per-token advantages.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from vlrl.control.group_hook import TEACHER_FIELD
-from vlrl.mm import PIXELS_FIELD
-from vlrl.rollout.protocol import CacheMiss, GenerateRequest, ImagePart
-from vlrl.store.records import SeqMeta
+from vlrl.records import LOSS_MASK, PIXELS, TEACHER_LOGPROBS, TOKEN_IDS, MMItemMeta, SeqMeta
+
+ImageOccurrence = tuple[MMItemMeta, "np.ndarray | None"]
+"""One image of a sequence in order of appearance: its metadata, and its pixels at the image's
+first occurrence (None after: the teacher has them by then)."""
+
+
+class Teacher(Protocol):
+    async def logprobs(
+        self, sequence_id: str, token_ids: np.ndarray, images: Sequence[ImageOccurrence]
+    ) -> np.ndarray:
+        """``(T,)`` logprob of each of ``token_ids`` under the teacher, given every earlier one."""
+        ...
 
 
 class TeacherScorer:
-    def __init__(self, teacher: Any, store: Any) -> None:
+    def __init__(self, teacher: Teacher, store: Any) -> None:
         self.teacher = teacher
-        """Ray handle of the teacher engine replica (``score(request)``)."""
         self.store = store
 
     async def grade(self, metas: Sequence[SeqMeta]) -> list[float]:
@@ -33,26 +42,22 @@ class TeacherScorer:
         return [meta.reward for meta in metas]
 
     async def _score(self, meta: SeqMeta) -> None:
-        if TEACHER_FIELD in await asyncio.to_thread(self.store.schema, meta.key):
+        if TEACHER_LOGPROBS in await asyncio.to_thread(self.store.schema, meta.key):
             return  # an earlier attempt of a retried group already wrote this sequence's scores
-        request, mask = await asyncio.to_thread(self._request, meta)
-        answer = await self.teacher.score.remote(request)
-        if isinstance(answer, CacheMiss):  # every pixel was sent: a miss means a broken teacher
-            raise RuntimeError(f"teacher reported images {answer.missing} missing though their pixels were sent")
-        scores = np.where(mask, answer.logprobs, 0.0).astype(np.float32)  # (T,) response tokens only
-        await asyncio.to_thread(self.store.add_fields, meta.key, {TEACHER_FIELD: scores})
+        token_ids, mask, images = await asyncio.to_thread(self._inputs, meta)
+        logprobs = await self.teacher.logprobs(f"teacher/{meta.key}", token_ids, images)
+        scores = np.where(mask, logprobs, 0.0).astype(np.float32)  # (T,) response tokens only
+        await asyncio.to_thread(self.store.add_fields, meta.key, {TEACHER_LOGPROBS: scores})
 
-    def _request(self, meta: SeqMeta) -> tuple[GenerateRequest, np.ndarray]:
-        row = self.store.get([meta.key], ["token_ids", "loss_mask"])[meta.key]
+    def _inputs(self, meta: SeqMeta) -> tuple[np.ndarray, np.ndarray, list[ImageOccurrence]]:
+        row = self.store.get([meta.key], [TOKEN_IDS, LOSS_MASK])[meta.key]
         keys = list(dict.fromkeys(item.store_key for item in meta.images))
-        pixels = self.store.get(keys, [PIXELS_FIELD]) if keys else {}
+        pixels = self.store.get(keys, [PIXELS]) if keys else {}
         sent: set[str] = set()
-        parts = []
+        images: list[ImageOccurrence] = []
         for _, index in meta.image_offsets:
             item = meta.images[index]
             first = item.content_hash not in sent
             sent.add(item.content_hash)
-            image = pixels[item.store_key][PIXELS_FIELD] if first else None
-            parts.append(ImagePart(item.content_hash, item.width, item.height, image))
-        request = GenerateRequest(f"teacher/{meta.key}", f"teacher/{meta.key}", row["token_ids"], tuple(parts))
-        return request, row["loss_mask"]
+            images.append((item, pixels[item.store_key][PIXELS] if first else None))
+        return row[TOKEN_IDS], row[LOSS_MASK], images

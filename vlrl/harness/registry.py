@@ -1,59 +1,47 @@
-"""Harness codebases by id: registered explicitly or found through the ``vlrl.harnesses`` entry
-point group, resolved and checked when first made (never an unchecked dotted path at run time)."""
+"""Harness codebases by id, on the generic ``vlrl.registry``: registered explicitly or installed
+in the ``vlrl.harnesses`` entry-point group, and checked once per id by the construct-time rules
+of ``checker.check_factory`` (at ``register`` for a class, on first ``resolve``/``make`` for a
+path). Those rules are the cheap ones; ``checker`` says why the full suite runs only in contract
+tests and ``vlrl check harness ID``."""
 
 from __future__ import annotations
 
-import importlib
-import threading
-from collections.abc import Callable
-from importlib.metadata import entry_points
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from vlrl.harness.base import Harness
+from vlrl.harness.checker import check_factory, contract, factory_rules
 from vlrl.harness.errors import HarnessError
-
-ENTRY_POINT_GROUP = "vlrl.harnesses"
-
-_lock = threading.Lock()
-_factories: dict[str, Callable[..., Harness] | str] = {}
+from vlrl.registry import HARNESSES, PluginSpec, Registry
 
 
-def register(harness_id: str, entry_point: Callable[..., Harness] | str) -> None:
-    """Register a harness class/factory, or a ``"module:attr"`` path resolved on first use."""
-    if not isinstance(harness_id, str) or not harness_id:
-        raise HarnessError(f"harness id must be a non-empty string, got {harness_id!r}")
-    if isinstance(entry_point, str) and ":" not in entry_point:
-        raise HarnessError(f"harness {harness_id!r}: entry point {entry_point!r}; expected 'module:attribute'")
-    with _lock:
-        _factories[harness_id] = entry_point
+def _error(harness_id: str, message: str) -> HarnessError:
+    return HarnessError(f"harness {harness_id!r}: {message}")
+
+
+REGISTRY = Registry("harness", HARNESSES, check_factory, error=_error)
+
+
+def register(
+    harness_id: str,
+    entry_point: Callable[..., Harness] | str,
+    *,
+    override: bool = False,
+    check_settings: Mapping[str, Any] | None = None,
+) -> PluginSpec:
+    """Register a harness class/factory, or a ``"module:attr"`` path resolved on first use;
+    ``check_settings`` are the settings ``vlrl check`` builds its instances with."""
+    return REGISTRY.register(harness_id, entry_point, override=override, check_settings=check_settings)
 
 
 def registered() -> list[str]:
     """Ids registered explicitly or installed as entry points."""
-    with _lock:
-        known = set(_factories)
-    return sorted(known | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    return REGISTRY.registered()
 
 
 def resolve(harness_id: str) -> Callable[..., Harness]:
-    with _lock:
-        target = _factories.get(harness_id)
-    if target is None:
-        found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == harness_id]
-        if not found:
-            raise HarnessError(f"harness {harness_id!r} is not registered; known: {registered()}")
-        target = found[0].value
-    if isinstance(target, str):
-        module_name, _, attr = target.partition(":")
-        try:
-            target = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as error:
-            raise HarnessError(f"harness {harness_id!r}: cannot load {module_name}:{attr}: {error}") from error
-        with _lock:
-            _factories[harness_id] = target
-    if not callable(target):
-        raise HarnessError(f"harness {harness_id!r}: {target!r} is not callable")
-    return target
+    """The checked factory of ``harness_id``."""
+    return REGISTRY.resolve(harness_id)
 
 
 def make(harness_id: str, **settings: Any) -> Harness:
@@ -62,3 +50,14 @@ def make(harness_id: str, **settings: Any) -> Harness:
     if not isinstance(harness, Harness):
         raise HarnessError(f"harness {harness_id!r} built a {type(harness).__name__}, not a vlrl Harness")
     return harness
+
+
+def run_contract(harness_id: str) -> Iterator[str]:
+    """The whole contract on ``harness_id`` (``vlrl check harness``): the construct-time rules, then
+    ``check_harness``'s on instances built with its ``check_settings``, yielding each rule once
+    it passed and raising ``ContractError`` at the first broken one."""
+    spec = REGISTRY.spec(harness_id)
+    factory = REGISTRY.load(spec)
+    settings = dict(spec.check_settings or {})
+    yield from factory_rules(factory)
+    yield from contract(lambda: factory(**settings))

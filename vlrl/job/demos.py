@@ -6,8 +6,8 @@ the same way (same chat format, same screenshots, same ``Trajectory`` split into
 policy should give (``action_text``), not a sample. The reply is parsed back and the parsed
 action is what the harness runs, so a demonstration is exactly what the policy would have done
 had it written that text. Only episodes that end in success are kept; their loss mask covers the
-demonstrated reply tokens, and their rollout logprobs and advantages are zero (the ``sft`` loss
-reads neither).
+demonstrated reply tokens. They get no advantages, and their rollout logprobs are zero: the
+warm start's likelihood loss packs neither (``records.fields_for``).
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from typing import Annotated
 
 import numpy as np
 
-from vlrl.config import Ge, Gt
+from vlrl.config import DataSource, Ge, Gt
+from vlrl.harness import Observation
 from vlrl.job.action_text import demo_reply
-from vlrl.pool.sources import DataSource
+from vlrl.pool.episode import Move, Stop, play_episode
 from vlrl.pool.tenant import TenantContext
+from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import LoopRuntime
 from vlrl.rollout.chat import ChatTurn
 from vlrl.rollout.client import ContextImage
 from vlrl.rollout.protocol import GenerateResult
 from vlrl.rollout.trajectory import Trajectory
-from vlrl.store.records import SeqMeta
 
 DEMO_SEED_BASE = 500_000
 """Demonstrations use task seeds from here on; training groups start at 0, evaluation at
@@ -79,36 +80,35 @@ class DemoEpisode:
         chat = runtime.chat_for(agent)
         trajectory_id = f"demo/{self.source.name}/{self.seed}"
         env = await ctx.open_env()
-        obs, info = await env.reset(seed=self.seed)
         trajectory = Trajectory(trajectory_id)
         turns: list[ChatTurn] = []
         images: list[ContextImage] = []
-        text, reward, success = obs.goal or "", 0.0, False
-        for turn in range(agent.max_turns):
+
+        async def oracle(obs: Observation, note: str) -> Move:
             action = await env.oracle()
             if action is None:
-                return DemoResult(reason="the harness has no oracle")
+                return Stop("the harness has no oracle")
             screen = runtime.screen_map(obs.width, obs.height)
             try:
                 reply, parsed = demo_reply(action, agent.action_format, screen, grid=self.point_grid)
             except ValueError as error:  # UnwritableAction or ParseError
-                return DemoResult(reason=f"{action.kind} not writable: {error}"[:120])
+                return Stop(f"{action.kind} not writable: {error}"[:120])
             images.append(await ctx.to_thread(ContextImage.of, obs.screenshot))
-            turns.append(ChatTurn(text, (images[-1].width, images[-1].height)))
+            turns.append(ChatTurn(note, (images[-1].width, images[-1].height)))
             shown = 0 if agent.history_images is None else max(0, len(turns) - agent.history_images)
             context = await ctx.to_thread(lambda: chat.context(turns, images_from=shown))
             trajectory.set_context(context, images[shown:])
             ids = [int(t) for t in runtime.tokenizer.encode(reply, add_special_tokens=False)] + [chat.stop_token_ids[0]]
-            zeros = np.zeros(len(ids), np.float32)
-            trajectory.add_generated(GenerateResult(f"{trajectory_id}#{turn}", np.asarray(ids, np.int32), zeros, "stop", 0, 0, 0))
+            zeros = np.zeros(len(ids), np.float32)  # (T,) no sampling policy: the likelihood loss reads none
+            request_id = f"{trajectory_id}#{len(turns) - 1}"
+            trajectory.add_generated(GenerateResult(request_id, np.asarray(ids, np.int32), zeros, "stop", 0, 0, 0))
             turns[-1].answer = ids
-            obs, step_reward, terminated, truncated, info = await env.step(parsed)
-            reward += step_reward
-            text = ""
-            if terminated or truncated:
-                success = bool(info.get("success", step_reward > 0))
-                break
-        if not success:
+            return parsed
+
+        episode = await play_episode(env, oracle, seed=self.seed, max_turns=agent.max_turns)
+        if episode.stopped:
+            return DemoResult(reason=episode.stopped)
+        if not episode.success:
             return DemoResult(reason="the demonstrated episode did not succeed")
 
         def write() -> tuple[SeqMeta, ...]:
@@ -118,13 +118,11 @@ class DemoEpisode:
                 group_id=trajectory_id,
                 source=self.source.name,
                 sample_index=self.sample_index,
-                reward=reward,
+                reward=episode.reward,
                 success=True,
-                finish="done",
+                finish=episode.finish,
                 patch_rule=runtime.patch_rule,
             )
-            for meta in metas:  # the packer reads advantages of every sequence; sft ignores them
-                runtime.store.add_fields(meta.key, {"advantages": np.zeros(meta.num_tokens, np.float32)})
             return tuple(metas)
 
         return DemoResult(metas=await ctx.to_thread(write))

@@ -10,13 +10,14 @@ The teacher must read text the same way as the student: its tokenizer is checked
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 from vlrl.config import ConfigError, NonEmpty
 from vlrl.job.run_folder import newest_checkpoint
 from vlrl.rollout.engine import EmbeddedEngine
+
 
 @dataclass(kw_only=True, slots=True)
 class Teacher:
@@ -26,8 +27,8 @@ class Teacher:
     """A Qwen2-VL checkpoint folder (a checkpoint's ``hf/``), or the folder of an earlier
     ``vlrl train`` run: then its newest checkpoint's ``hf/`` is the teacher."""
 
-    engine: EmbeddedEngine.Config = field(default_factory=lambda: EmbeddedEngine.Config(model_path="teacher", cpus=0))
-    """The teacher replica's engine settings (its model_path is replaced by the teacher's)."""
+    engine: EmbeddedEngine.Config = field(default_factory=lambda: EmbeddedEngine.Config(cpus=0))
+    """The teacher replica's engine settings (the replica serves ``resolve()``'s checkpoint)."""
 
     def resolve(self) -> Path:
         """The checkpoint folder the teacher engine loads."""
@@ -47,7 +48,7 @@ class Teacher:
         """Check the tokenizers agree, then start the teacher engine; returns its Ray handle."""
         path = self.resolve()
         check_same_tokenizer(student_path, path)
-        return replace(self.engine, model_path=str(path)).build()
+        return self.engine.build(model_path=str(path))
 
 
 def check_same_tokenizer(student_path: str | Path, teacher_path: str | Path) -> None:

@@ -18,15 +18,14 @@ from typing import Annotated, Any
 
 import numpy as np
 
-from vlrl.config import Ge
+from vlrl.config import DataSource, Ge
 from vlrl.harness import Action
-from vlrl.mm import PIXELS_FIELD, PatchRule
+from vlrl.mm import PatchRule
 from vlrl.pool.episode import ScriptedEpisode
 from vlrl.pool.harness_pool import HarnessPool
-from vlrl.pool.sources import DataSource
+from vlrl.records import LOSS_MASK, PIXELS, TOKEN_IDS, SeqMeta
 from vlrl.rollout.agent_loop import AgentLoop
 from vlrl.rollout.parsers import PARSERS, ParseError, ScreenMap
-from vlrl.store.records import SeqMeta
 
 EVAL_SEED_BASE = 1_000_000
 
@@ -181,13 +180,13 @@ def annotate(store: Any, meta: SeqMeta, annotator: Annotator, action_format: str
     its reply under it, and the outcome in the title."""
     from PIL import Image, ImageDraw
 
-    row = store.get([meta.key], fields=["token_ids", "loss_mask"])[meta.key]
-    answers = _answers(row["token_ids"], row["loss_mask"])
+    row = store.get([meta.key], fields=[TOKEN_IDS, LOSS_MASK])[meta.key]
+    answers = _answers(row[TOKEN_IDS], row[LOSS_MASK])
     keys = [meta.images[index].store_key for _, index in meta.image_offsets]
-    pixels = store.get(sorted(set(keys)), fields=[PIXELS_FIELD])
+    pixels = store.get(sorted(set(keys)), fields=[PIXELS])
     panels = []
     for turn, key in enumerate(keys):
-        shot = pixels[key][PIXELS_FIELD]
+        shot = pixels[key][PIXELS]
         height, width = shot.shape[:2]
         scale = max(1, 320 // width)
         image = Image.fromarray(shot).resize((width * scale, height * scale), Image.NEAREST)

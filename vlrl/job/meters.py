@@ -11,10 +11,10 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from vlrl.control.driver import Batch, DriverBook
+from vlrl.control.driver import DriverBook
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import Tenant, TenantOutcome
-from vlrl.store.records import SeqMeta
+from vlrl.records import Batch, SeqMeta
 
 
 class RolloutMeter:

@@ -22,9 +22,9 @@ from vlrl.job.metrics_log import METRICS_FILE, TB_DIR, MetricsLog
 from vlrl.job.plots import EPISODES_DIR, PLOTS_DIR
 from vlrl.job.progress import Progress
 from vlrl.job.run_folder import CHECKPOINTS, STATE_FILE, SUMMARY_FILE, newest_checkpoint
+from vlrl.records import SeqMeta
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY
-from vlrl.store.records import SeqMeta
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.trainer_group import TrainerGroup
 
@@ -73,8 +73,7 @@ class JobSession:
         self.annotator = Annotator(processor.tokenizer, patch_rule_of(processor))
         self.log = MetricsLog(self.run_dir, tensorboard=config.tensorboard)
         self.progress = Progress(config.progress, total_steps=config.steps)
-        engine_config = replace(config.engine, model_path=self.model_path)
-        self.engines = [engine_config.build() for _ in range(config.replicas)]
+        self.engines = [config.engine.build(model_path=self.model_path) for _ in range(config.replicas)]
         self.teacher = None
         self.store = config.store.build()
         try:
@@ -122,8 +121,8 @@ class JobSession:
 
     def trainer_group(self, model_path: str, *, lr: float | None = None, loss: PolicyLoss.Config | None = None) -> TrainerGroup:
         base = self.config.trainer.trainer
-        trainer = replace(base, model_path=model_path, lr=base.lr if lr is None else lr, loss=base.loss if loss is None else loss)
-        return replace(self.config.trainer, trainer=trainer).build(store_config=self.config.store)
+        trainer = replace(base, lr=base.lr if lr is None else lr, loss=base.loss if loss is None else loss)
+        return replace(self.config.trainer, trainer=trainer).build(model_path=model_path, store_config=self.config.store)
 
     async def push_weights(self, group: TrainerGroup, version: int) -> None:
         await asyncio.to_thread(group.push_weights, self.engines, version)

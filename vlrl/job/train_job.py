@@ -43,8 +43,10 @@ from vlrl.job.plots import EPISODES_DIR
 from vlrl.job.progress import Progress
 from vlrl.job.run_folder import SUMMARY_FILE
 from vlrl.job.session import JobSession, RunState
-from vlrl.rollout.rollout_side import TINY, RolloutSide
-from vlrl.store.records import SeqMeta
+from vlrl.records import SeqMeta
+from vlrl.rollout.agent_loop import agent_loop_factory
+from vlrl.rollout.rollout_side import RolloutSide
+from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.trainer_group import TrainerGroup
 
@@ -92,7 +94,8 @@ class TrainJob:
         trainer: TrainerGroup.Config = field(
             default_factory=lambda: TrainerGroup.Config(trainer=_trainer_defaults())
         )
-        """Trainer ranks (DP x CP x TP) and the RL update (its model_path is replaced by the policy's)."""
+        """Trainer ranks (``trainer.layout``: DP x CP x TP) and the RL update; every rank loads the
+        policy (``model_path``, or the warm start's checkpoint)."""
 
         steps: Annotated[int, Ge(0)] = 20
         """RL steps (one optimizer step and one weight push each)."""
@@ -271,8 +274,16 @@ class TrainJob:
             if state.version > s.engine_version:  # a resumed run: the fresh engines hold the base weights
                 await s.push_weights(group, state.version)
             seeds_used = state.generated
-            grader = None if s.teacher is None else TeacherScorer(s.teacher, s.store)
-            driver = Driver(config.driver, config.sources, s.meter, s.store, grader=grader, seed=config.seed + seeds_used)
+            grader = None if s.teacher is None else TeacherScorer(EngineTeacher(s.teacher), s.store)
+            driver = Driver(
+                config.driver,
+                config.sources,
+                s.meter,
+                s.store,
+                grader=grader,
+                tenant_factory=agent_loop_factory,
+                seed=config.seed + seeds_used,
+            )
             s.probe(driver)
             try:
                 while state.step < config.steps:
@@ -353,7 +364,7 @@ class TrainJob:
 def _trainer_defaults() -> Any:
     from vlrl.train.trainer import Trainer
 
-    return Trainer.Config(model_path=TINY, loss=PolicyLoss.Config(kind="grpo"))
+    return Trainer.Config(loss=PolicyLoss.Config(kind="grpo"))
 
 
 def should_evaluate(step: int, every: int, steps: int) -> bool:

@@ -2,8 +2,9 @@
 
 Every image is reduced once, at the edge, to canonical RGB ``uint8`` ``[H, W, 3]``
 (``decode_image``). Its identity is the ``content_hash`` of that form; the control plane sees
-only ``MMItemMeta`` (hash, size, store key, patch grid, token count), and the pixels live once
-in the payload store under ``image_store_key(hash)``, field ``PIXELS_FIELD``.
+only ``vlrl.records.MMItemMeta`` (hash, size, store key, patch grid, token count), and the
+pixels live once in the payload store under ``records.image_store_key(hash)``, field
+``records.PIXELS``.
 """
 
 from vlrl.mm.canonical import require_canonical
@@ -19,7 +20,7 @@ from vlrl.mm.image_io import (
     decode_image,
     encode_image,
 )
-from vlrl.mm.item import PIXELS_FIELD, MMItemMeta, describe_image, image_store_key
+from vlrl.mm.item import describe_image
 from vlrl.mm.patch_grid import PatchRule, patch_rule_of, smart_resize
 from vlrl.mm.store_images import store_image
 
@@ -28,18 +29,15 @@ __all__ = [
     "DEFAULT_MAX_PIXELS",
     "DeltaTracker",
     "MAX_SIDE",
-    "PIXELS_FIELD",
     "ImageError",
     "ImageFormat",
     "ImageSource",
-    "MMItemMeta",
     "PatchRule",
     "patch_rule_of",
     "content_hash",
     "decode_image",
     "describe_image",
     "encode_image",
-    "image_store_key",
     "require_canonical",
     "smart_resize",
     "store_image",

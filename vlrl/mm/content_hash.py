@@ -13,8 +13,8 @@ import blake3
 import numpy as np
 
 from vlrl.mm.canonical import require_canonical
+from vlrl.records import HASH_HEX_CHARS
 
-HASH_HEX_CHARS = 32
 _HEADER = "vlrl.image.v1 uint8[{height},{width},3]\n"
 
 

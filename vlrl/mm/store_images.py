@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vlrl.mm.canonical import require_canonical
-from vlrl.mm.item import PIXELS_FIELD, MMItemMeta, describe_image
+from vlrl.mm.item import describe_image
 from vlrl.mm.patch_grid import PatchRule
+from vlrl.records import PIXELS, MMItemMeta
 from vlrl.store.errors import DuplicateWriteError
 
 if TYPE_CHECKING:
-    from vlrl.store.base import PayloadStore
+    from vlrl.store import PayloadStore
 
 
 def store_image(
@@ -31,7 +32,7 @@ def store_image(
     meta = describe_image(pixels, rule=rule)
     if not store.contains([meta.store_key])[0]:
         try:
-            store.put(meta.store_key, {PIXELS_FIELD: pixels})
+            store.put(meta.store_key, {PIXELS: pixels})
         except DuplicateWriteError:
             pass
     return meta

@@ -20,14 +20,19 @@ Token placement of one packed micro-batch of length ``L`` on one DP rank:
    CP rank holds the whole window.
 
 The packer asks which token ranges to fetch (``cp_window``), the multimodal path asks where to
-send each image embedding row (``owners``); both get their answer here.
+send each image embedding row (``owners``), ``train.parallel`` builds the device mesh from
+``mesh_dims``; all get their answer here. ``Layout`` is also the config of the trainer's ranks
+(``TrainerGroup.Config.layout``; ``--set trainer.layout.cp=2``): a mutable dataclass whose fields
+are checked on construction and again by ``vlrl.config.validate`` after overrides.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from numbers import Integral
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
+
+from vlrl.config import ConfigError, Ge, validate
 
 
 class Coords(NamedTuple):
@@ -36,24 +41,27 @@ class Coords(NamedTuple):
     tp: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Layout:
-    dp: int
+    """The training ranks: ``dp x cp x tp`` of them, TP fastest, and sequence parallelism on or off.
+
+    Positional order is the coordinate order, ``Layout(dp, cp, tp)``."""
+
+    dp: Annotated[int, Ge(1)] = 1
     """Data-parallel replicas: each trains on its own micro-batches."""
-    cp: int = 1
+    cp: Annotated[int, Ge(1)] = 1
     """Context-parallel ranks sharing one packed micro-batch along the sequence."""
-    tp: int = 1
+    tp: Annotated[int, Ge(1)] = 1
     """Tensor-parallel ranks sharing every layer's weights."""
     sequence_parallel: bool = True
     """Whether TP ranks also split the sequence (each holds 1/tp of its CP window)."""
 
     def __post_init__(self) -> None:
-        for name in ("dp", "cp", "tp"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"Layout.{name}={value!r}; expected an int >= 1")
-        if not isinstance(self.sequence_parallel, bool):
-            raise ValueError(f"Layout.sequence_parallel={self.sequence_parallel!r}; expected a bool")
+        """A layout built in code is checked at once (one built by ``--set`` when the tree is validated)."""
+        try:
+            validate(self)
+        except ConfigError as error:
+            raise error.under("Layout") from None
 
     @classmethod
     def from_world(cls, world_size: int, *, cp: int = 1, tp: int = 1, sequence_parallel: bool = True) -> Layout:
@@ -66,6 +74,11 @@ class Layout:
     @property
     def world_size(self) -> int:
         return self.dp * self.cp * self.tp
+
+    @property
+    def mesh_dims(self) -> tuple[tuple[str, int], ...]:
+        """The device mesh's ``(name, size)`` dimensions, slowest first: the rank order above."""
+        return (("dp", self.dp), ("cp", self.cp), ("tp", self.tp))
 
     def check_world(self, world_size: int) -> None:
         """Fail unless the job really has ``dp * cp * tp`` ranks."""

@@ -8,12 +8,14 @@ nothing and attends to nothing real:
 ===============================================  ==================
 array                                            pad value
 ===============================================  ==================
-``token_ids``                                    ``PAD_TOKEN_ID`` (0)
+payload fields (``token_ids``, ``loss_mask``...)  ``records.pad_value`` (0, False)
 ``segment_ids``                                  ``PAD_SEGMENT_ID`` (-1)
 ``position_ids``                                 0
-``loss_mask``                                    False
-``old_logprobs``, ``advantages``, the rest       0
 ===============================================  ==================
+
+A payload field's array has the field's name (``records.FIELDS``). Which fields a window has is
+the packer caller's choice, by what its loss needs: the warm start's likelihood needs no
+``logprobs`` or ``advantages``, and then they are None.
 
 ``segment_ids`` is the index of the token's sequence in the micro-batch, the same on every CP
 rank, so attention is masked to equal segment ids across CP ranks too. ``cu_seqlens`` cuts the
@@ -32,13 +34,14 @@ from typing import NamedTuple
 import numpy as np
 
 from vlrl.pack.layout import Layout
-from vlrl.store.records import EXTRA_PREFIX
+from vlrl.records import ADVANTAGES, EXTRA_PREFIX, LOGPROBS, LOSS_MASK, TEACHER_LOGPROBS, TOKEN_IDS, pad_value
 
-PAD_TOKEN_ID = 0
+PAD_TOKEN_ID = pad_value(TOKEN_IDS)
 PAD_SEGMENT_ID = -1
 
-TOKEN_ARRAYS = ("token_ids", "position_ids", "segment_ids", "loss_mask", "old_logprobs", "advantages")
-"""Per-token arrays every window has; ``teacher_logprobs`` and ``extra/...`` fields are optional."""
+_ARRAYS = (TOKEN_IDS, "position_ids", "segment_ids", "cu_seqlens", LOSS_MASK, LOGPROBS, ADVANTAGES, TEACHER_LOGPROBS)
+"""The window's named arrays (the payload fields among them are optional but ``token_ids`` and
+``loss_mask``); ``extra/...`` fields are in ``extras``."""
 
 
 class ImagePlacement(NamedTuple):
@@ -66,9 +69,9 @@ class PackedWindow:
     segment_ids: np.ndarray  # (W,) int32
     cu_seqlens: np.ndarray  # (pieces + 1,) int32, from 0 to W
     loss_mask: np.ndarray  # (W,) bool
-    old_logprobs: np.ndarray  # (W,) the sampler's logprobs (store field ``logprobs``)
-    advantages: np.ndarray  # (W,)
-    teacher_logprobs: np.ndarray | None = None  # (W,) under OPD
+    logprobs: np.ndarray | None = None  # (W,) the sampling policy's, for the policy gradient
+    advantages: np.ndarray | None = None  # (W,) for the policy gradient
+    teacher_logprobs: np.ndarray | None = None  # (W,) for the distillation term
     extras: Mapping[str, np.ndarray] = field(default_factory=dict)
     """``extra/...`` fields by their store name, each ``(W, ...)``."""
     images: tuple[ImagePlacement, ...] = ()
@@ -79,7 +82,7 @@ class PackedWindow:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array by name (optional fields only when present): what shared memory holds."""
-        out = {name: getattr(self, name) for name in (*TOKEN_ARRAYS, "cu_seqlens", "teacher_logprobs")}
+        out = {name: getattr(self, name) for name in _ARRAYS}
         return {name: array for name, array in {**out, **self.extras}.items() if array is not None}
 
     @classmethod

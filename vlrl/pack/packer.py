@@ -37,8 +37,8 @@ from vlrl.pack.layout import Layout
 from vlrl.pack.packed import ImagePlacement, PackedWindow
 from vlrl.pack.plan import MicroBatch, Plan
 from vlrl.pack.window import WindowCut, cut_window
+from vlrl.records import SeqMeta
 from vlrl.store import PayloadStore
-from vlrl.store.records import SeqMeta
 
 
 class PackError(RuntimeError):
@@ -74,8 +74,11 @@ class TPGroupPacker:
             plan: Plan,
             metas: Iterable[SeqMeta],
             group_ranks: Sequence[int],
+            fields: Sequence[str],
         ) -> TPGroupPacker:
-            return TPGroupPacker(self, store=store, layout=layout, plan=plan, metas=metas, group_ranks=group_ranks)
+            return TPGroupPacker(
+                self, store=store, layout=layout, plan=plan, metas=metas, group_ranks=group_ranks, fields=fields
+            )
 
     def __init__(
         self,
@@ -86,7 +89,9 @@ class TPGroupPacker:
         plan: Plan,
         metas: Iterable[SeqMeta],
         group_ranks: Sequence[int],
+        fields: Sequence[str],
     ) -> None:
+        """``fields``: the payload fields the trainer's loss needs (``records.fields_for``)."""
         if plan.dp != layout.dp:
             raise ValueError(f"plan is for dp={plan.dp} ranks but the layout has dp={layout.dp}")
         if not group_ranks or list(group_ranks) != layout.tp_group(group_ranks[0]):
@@ -98,15 +103,18 @@ class TPGroupPacker:
         self.layout = layout
         self.plan = plan
         self.metas = {meta.key: meta for meta in metas}
+        self.fields = tuple(fields)
         self.dp_rank, self.cp_rank, _ = layout.coords(group_ranks[0])
 
     def window(self, micro_batch: int) -> PackedWindow:
         """The group's window of its DP rank's micro-batch ``micro_batch``, in private memory."""
-        return cut_window(self.store, self.layout, self._micro_batch(micro_batch), self.cp_rank, self.metas)
+        return cut_window(self.store, self.layout, self._micro_batch(micro_batch), self.cp_rank, self.metas, self.fields)
 
     def publish(self, micro_batch: int) -> SharedWindow:
         """Cut the window into a new shared segment; the caller owns the segment's name."""
-        cut = WindowCut.of(self.store, self.layout, self._micro_batch(micro_batch), self.cp_rank, self.metas)
+        cut = WindowCut.of(
+            self.store, self.layout, self._micro_batch(micro_batch), self.cp_rank, self.metas, self.fields
+        )
         segment, arrays = shared.create(self.config.shm_dir, cut.array_specs())
         try:
             cut.fill(self.store, arrays)
@@ -188,6 +196,7 @@ def packer_for_rank(
     plan: Plan,
     metas: Iterable[SeqMeta],
     tp_group: Any,
+    fields: Sequence[str],
     config: TPGroupPacker.Config | None = None,
 ) -> RankPacker:
     """The packer rank ``rank`` calls each micro-batch; ``tp_group`` is its ``new_tp_group``.
@@ -198,7 +207,7 @@ def packer_for_rank(
     if rank != group_ranks[0]:
         return RankPacker(rank, layout, None, tp_group)
     packer = (config or TPGroupPacker.Config()).build(
-        store=store, layout=layout, plan=plan, metas=metas, group_ranks=group_ranks
+        store=store, layout=layout, plan=plan, metas=metas, group_ranks=group_ranks, fields=fields
     )
     return RankPacker(rank, layout, packer, tp_group)
 

@@ -5,7 +5,9 @@ segment per TP group) and nothing is copied twice:
 
 1. ``WindowCut.of`` decides everything from metadata (``Plan`` ranges, ``SeqMeta``, one
    ``schema`` call): the row ranges to read, the arrays' shapes and dtypes, where each image's
-   token rows land. No payload moves.
+   token rows land. No payload moves. The fields are the ones the caller's loss needs
+   (``records.fields_for``) plus the sequences' ``extra/...`` fields; each window array has its
+   store field's name.
 2. ``WindowCut.fill`` reads each range of each field with ``get_range``, so only the store
    chunks the window overlaps move, and writes it into the given arrays at its window offset.
 
@@ -15,30 +17,17 @@ them, the window's own arrays are all that is allocated, and a sequence outside 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from vlrl.pack.layout import Layout
-from vlrl.pack.packed import PAD_SEGMENT_ID, PAD_TOKEN_ID, ImagePlacement, PackedWindow
+from vlrl.pack.packed import PAD_SEGMENT_ID, ImagePlacement, PackedWindow
 from vlrl.pack.plan import MicroBatch, RowRange
+from vlrl.records import EXTRA_PREFIX, FIELDS, TOKEN_IDS, SeqMeta, pad_value
 from vlrl.store import PayloadStore
-from vlrl.store.records import EXTRA_PREFIX, SeqMeta
 
-REQUIRED_FIELDS = {
-    "token_ids": "token_ids",
-    "logprobs": "old_logprobs",
-    "loss_mask": "loss_mask",
-    "advantages": "advantages",
-}
-"""Store field -> window array, for the fields every packed sequence has (advantages are the
-accept hook's)."""
-
-TEACHER_FIELD = "teacher_logprobs"
-
-_EMPTY_DTYPES = {"token_ids": "int32", "logprobs": "float32", "loss_mask": "bool", "advantages": "float32"}
-"""Dtypes of an empty micro-batch's window, which has no row to ask the store about."""
 
 @dataclass(frozen=True, slots=True)
 class WindowCut:
@@ -50,8 +39,8 @@ class WindowCut:
     """Row ranges in window order; they fill ``[0, num_tokens)`` and padding follows."""
     segments: tuple[int, ...]
     """Index in the micro-batch of each range's sequence: its segment id."""
-    fields: Mapping[str, tuple[str, tuple[int, ...], str]]
-    """Store field -> (window array, row shape, dtype)."""
+    fields: Mapping[str, tuple[tuple[int, ...], str]]
+    """Store field (and window array) -> (row shape, dtype)."""
     images: tuple[ImagePlacement, ...]
 
     @property
@@ -60,9 +49,16 @@ class WindowCut:
 
     @classmethod
     def of(
-        cls, store: PayloadStore, layout: Layout, micro_batch: MicroBatch, cp_rank: int, metas: Mapping[str, SeqMeta]
+        cls,
+        store: PayloadStore,
+        layout: Layout,
+        micro_batch: MicroBatch,
+        cp_rank: int,
+        metas: Mapping[str, SeqMeta],
+        fields: Sequence[str],
     ) -> WindowCut:
-        """Plan CP rank ``cp_rank``'s window of ``micro_batch``; ``metas`` must hold its sequences."""
+        """Plan CP rank ``cp_rank``'s window of ``micro_batch`` with the payload ``fields``;
+        ``metas`` must hold its sequences."""
         for key, length in zip(micro_batch.keys, micro_batch.lengths):
             if key not in metas:
                 raise ValueError(f"no SeqMeta for sequence {key!r} of the micro-batch; pass the step's metadata")
@@ -74,7 +70,7 @@ class WindowCut:
             length=layout.window_len(micro_batch.num_tokens),
             ranges=ranges,
             segments=tuple(segment_of[r.key] for r in ranges),
-            fields=_fields(store, micro_batch, metas),
+            fields=_fields(store, micro_batch, metas, fields),
             images=tuple(p for r in ranges for p in _placements(r, metas[r.key])),
         )
 
@@ -83,15 +79,15 @@ class WindowCut:
         specs = {"position_ids": ((self.length,), "int32"), "segment_ids": ((self.length,), "int32")}
         pieces = len(self.ranges) + (self.num_tokens < self.length)  # the pad tail is a piece
         specs["cu_seqlens"] = ((pieces + 1,), "int32")
-        for name, row_shape, dtype in self.fields.values():
+        for name, (row_shape, dtype) in self.fields.items():
             specs[name] = ((self.length, *row_shape), dtype)
         return specs
 
     def fill(self, store: PayloadStore, out: Mapping[str, np.ndarray]) -> PackedWindow:
         """Read the window's ranges into ``out`` (arrays of ``array_specs``) and pad the tail."""
         real = self.num_tokens
-        for field, (name, row_shape, dtype) in self.fields.items():
-            target = out[name]
+        for field, (row_shape, dtype) in self.fields.items():
+            target = out[field]
             for r in self.ranges:
                 rows = store.get_range(r.key, field, r.start, r.stop)
                 if rows.shape[1:] != row_shape or rows.dtype != dtype:
@@ -100,7 +96,7 @@ class WindowCut:
                         f" micro-batch's first sequence has {dtype}{list(row_shape)}: a field must agree across it"
                     )
                 target[r.window_start : r.window_start + len(rows)] = rows
-            target[real:] = PAD_TOKEN_ID if name == "token_ids" else 0
+            target[real:] = pad_value(field)
         positions, segments = out["position_ids"], out["segment_ids"]
         for r, segment in zip(self.ranges, self.segments):
             positions[r.window_start : r.window_start + r.stop - r.start] = np.arange(r.start, r.stop)
@@ -118,20 +114,25 @@ def cut_window(
     micro_batch: MicroBatch,
     cp_rank: int,
     metas: Mapping[str, SeqMeta],
+    fields: Sequence[str],
 ) -> PackedWindow:
     """CP rank ``cp_rank``'s window of ``micro_batch`` in private memory."""
-    cut = WindowCut.of(store, layout, micro_batch, cp_rank, metas)
+    cut = WindowCut.of(store, layout, micro_batch, cp_rank, metas, fields)
     out = {name: np.empty(shape, dtype) for name, (shape, dtype) in cut.array_specs().items()}
     return cut.fill(store, out)
 
 
 def _fields(
-    store: PayloadStore, micro_batch: MicroBatch, metas: Mapping[str, SeqMeta]
-) -> dict[str, tuple[str, tuple[int, ...], str]]:
-    """Store field -> (window array, row shape, dtype), read from the first sequence's schema:
-    every sequence of a micro-batch must carry the same per-token fields."""
+    store: PayloadStore, micro_batch: MicroBatch, metas: Mapping[str, SeqMeta], fields: Sequence[str]
+) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Field -> (row shape, dtype) of ``fields`` and the ``extra/...`` fields, read from the first
+    sequence's schema: every sequence of a micro-batch must carry the same per-token fields."""
+    unknown = [f for f in fields if f not in FIELDS or FIELDS[f].rows != "token"]
+    if unknown or TOKEN_IDS not in fields:
+        per_token = [f for f, spec in FIELDS.items() if spec.rows == "token"]
+        raise ValueError(f"fields to pack {list(fields)}; expected {TOKEN_IDS!r} and others of {per_token}")
     if not micro_batch.keys:
-        return {field: (REQUIRED_FIELDS[field], (), dtype) for field, dtype in _EMPTY_DTYPES.items()}
+        return {field: ((), FIELDS[field].dtype) for field in fields}
     first = micro_batch.keys[0]
     extras = set(metas[first].extra_fields)
     for key in micro_batch.keys[1:]:
@@ -141,17 +142,14 @@ def _fields(
                 f" micro-batch has {sorted(extras)}; sequences packed together must carry the same extra fields"
             )
     schema = store.schema(first)
-    names = dict(REQUIRED_FIELDS)
-    names.update({field: field for field in sorted(extras)})
-    if TEACHER_FIELD in schema:
-        names[TEACHER_FIELD] = TEACHER_FIELD
+    names = [*fields, *sorted(extras)]
     missing = [field for field in names if field not in schema]
     if missing:
         raise ValueError(f"store key {first!r} has no field(s) {missing} to pack; it has {sorted(schema)}")
     undeclared = sorted(f for f in schema if f.startswith(EXTRA_PREFIX) and f not in extras)
     if undeclared:
         raise ValueError(f"store key {first!r} has {undeclared}, which its SeqMeta.extra_fields does not list")
-    return {field: (name, schema[field].shape[1:], schema[field].dtype) for field, name in names.items()}
+    return {field: (schema[field].shape[1:], schema[field].dtype) for field in names}
 
 
 def _placements(r: RowRange, meta: SeqMeta) -> list[ImagePlacement]:

@@ -1,17 +1,103 @@
-"""A tenant that plays one episode with a scripted policy: the harness's oracle or random clicks.
+"""One turn loop for every episode player, and the scripted player built on it.
 
-It is the model-free Agent Loop: the pool benchmark's workload, and the source of oracle
-demonstrations for a supervised warm start.
+``play_episode`` is the loop the Agent Loop (policy replies), the warm start's ``DemoEpisode``
+(oracle replies written as text) and ``ScriptedEpisode`` (oracle or random clicks, no model)
+share: reset, then each turn ask the player for a move and apply it, until the harness ends the
+episode or the turns run out. A move is an action; an ``Invalid`` reply (one that does not parse)
+costs the penalty and the next turn's note says why, and so does an action the harness refuses
+(``ActionError``); a ``Stop`` ends the episode early with a reason (the oracle has no move).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from vlrl.harness import Action
-from vlrl.pool.tenant import TenantContext
+from vlrl.harness import Action, ActionError, Observation
+from vlrl.pool.tenant import EnvSession, TenantContext
+from vlrl.records import Finish
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """A reply that is not a well-formed action."""
+
+    feedback: str
+    """Why, as the next turn's note tells the player."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """The player has no move: the episode ends here."""
+
+    reason: str
+    """Why, in words."""
+
+
+Move = Action | Invalid | Stop
+Player = Callable[[Observation, str], Awaitable[Move]]
+"""``(observation, note) -> move``. The note is the goal on the first turn, empty after a step,
+and ``Invalid action: ...`` after a reply or action that was refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class Episode:
+    """How one played episode went."""
+
+    reward: float
+    """Sum of step rewards, less the penalty of every invalid reply."""
+    success: bool
+    """The harness's verdict at the end (its ``info['success']``, else a positive last reward)."""
+    finish: Finish
+    """Why it ended."""
+    actions: tuple[Action, ...]
+    """The actions the harness ran, in order."""
+    info: dict[str, Any]
+    """The harness's last ``info``."""
+    stopped: str = ""
+    """The player's reason when it stopped the episode ('' when it did not)."""
+
+
+async def play_episode(
+    env: EnvSession,
+    player: Player,
+    *,
+    seed: int,
+    options: dict[str, Any] | None = None,
+    max_turns: int,
+    invalid_penalty: float | None = None,
+) -> Episode:
+    """Play one episode of ``env`` from ``reset(seed, options)``: at most ``max_turns`` moves.
+
+    ``invalid_penalty``: what an invalid reply or a refused action costs; None for a player that
+    never makes one (a scripted policy), whose ``ActionError`` then propagates as the bug it is."""
+    obs, info = await env.reset(seed=seed, options=options)
+    reward, success, finish, note = 0.0, False, "max_turns", obs.goal or ""
+    actions: list[Action] = []
+    for _ in range(max_turns):
+        move = await player(obs, note)
+        if isinstance(move, Stop):
+            return Episode(reward, False, finish, tuple(actions), info, stopped=move.reason)
+        try:
+            if isinstance(move, Invalid):
+                raise ActionError(move.feedback)
+            obs, step_reward, terminated, truncated, info = await env.step(move)
+        except ActionError as error:
+            if invalid_penalty is None:
+                raise
+            reward -= invalid_penalty
+            note = f"Invalid action: {error}"
+            continue
+        actions.append(move)
+        reward += step_reward
+        note = ""
+        if terminated or truncated:
+            finish = "done" if terminated else "truncated"
+            success = bool(info.get("success", step_reward > 0))
+            break
+    return Episode(reward, success, finish, tuple(actions), info)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +112,10 @@ class EpisodeResult:
 
 @dataclass(frozen=True, slots=True)
 class ScriptedEpisode:
+    """A tenant that plays one episode with a scripted policy: the harness's oracle (random clicks
+    where it has none) or random clicks. The model-free Agent Loop: the pool benchmark's workload
+    and the random baseline of evaluation."""
+
     seed: int
     task: str | None = None
     policy: Literal["oracle", "random"] = "oracle"
@@ -33,19 +123,16 @@ class ScriptedEpisode:
 
     async def run(self, ctx: TenantContext) -> EpisodeResult:
         env = await ctx.open_env()
-        options: dict[str, Any] | None = {"task": self.task} if self.task else None
-        obs, info = await env.reset(seed=self.seed, options=options)
         rng = random.Random(self.seed)
-        total, actions = 0.0, []
-        for _ in range(self.max_steps):
+
+        async def player(obs: Observation, note: str) -> Move:
             action = await env.oracle() if self.policy == "oracle" else None
-            if action is None:
-                action = Action.click(rng.randrange(obs.width), rng.randrange(obs.height))
-            actions.append(action)
-            obs, reward, terminated, truncated, info = await env.step(action)
-            total += reward
-            if terminated or truncated:
-                break
+            return action or Action.click(rng.randrange(obs.width), rng.randrange(obs.height))
+
+        options = {"task": self.task} if self.task else None
+        episode = await play_episode(env, player, seed=self.seed, options=options, max_turns=self.max_steps)
+        info = episode.info
+        success = bool(info.get("success"))
         return EpisodeResult(
-            self.seed, info.get("task", self.task), total, len(actions), bool(info.get("success")), tuple(actions)
+            self.seed, info.get("task", self.task), episode.reward, len(episode.actions), success, episode.actions
         )

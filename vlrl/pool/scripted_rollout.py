@@ -11,11 +11,11 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
-from vlrl.config import ConfigError, Ge
+from vlrl.config import ConfigError, DataSource, Ge
 from vlrl.pool.episode import ScriptedEpisode
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.ray_runtime import RayRuntime
-from vlrl.pool.sources import DataSource, check_sources_have_pools
+from vlrl.pool.sources import check_sources_have_pools
 
 
 class ScriptedRollout:

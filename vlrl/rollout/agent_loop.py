@@ -14,16 +14,17 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlrl.harness import ActionError
+from vlrl.config import AgentBehaviour, DataSource
+from vlrl.harness import Observation
 from vlrl.mm import PatchRule
-from vlrl.pool.sources import AgentBehaviour, DataSource
+from vlrl.pool.episode import Invalid, Move, play_episode
 from vlrl.pool.tenant import TenantContext
+from vlrl.records import SeqMeta
 from vlrl.rollout.chat import ChatFormat, ChatTurn
 from vlrl.rollout.client import ContextImage, InferenceClient
 from vlrl.rollout.parsers import PARSERS, ParseError, ScreenMap
 from vlrl.rollout.protocol import SamplingParams
 from vlrl.rollout.trajectory import Trajectory
-from vlrl.store.records import Finish, SeqMeta
 
 
 @dataclass(slots=True)
@@ -71,44 +72,42 @@ class AgentLoop:
             stop_token_ids=chat.stop_token_ids,
             seed=zlib.crc32(trajectory_id.encode()),
         )
-        env = await ctx.open_env()
-        obs, info = await env.reset(seed=self.seed, options={"task": self.task} if self.task else None)
         trajectory = Trajectory(trajectory_id)
         turns: list[ChatTurn] = []
         images: list[ContextImage] = []
-        finish: Finish = "max_turns"
-        reward, success, text = 0.0, False, obs.goal or ""
+
+        async def policy(obs: Observation, note: str) -> Move:
+            images.append(await ctx.to_thread(ContextImage.of, obs.screenshot))
+            turns.append(ChatTurn(note, (images[-1].width, images[-1].height)))
+            shown = 0 if agent.history_images is None else max(0, len(turns) - agent.history_images)
+            context = await ctx.to_thread(lambda: chat.context(turns, images_from=shown))
+            trajectory.set_context(context, images[shown:])
+            result = await runtime.client.generate(
+                trajectory_id,
+                trajectory.current.prompt_array(),
+                trajectory.current.images,
+                sampling,
+                request_id=f"{trajectory_id}#{len(turns) - 1}",
+            )
+            trajectory.add_generated(result)
+            turns[-1].answer = [int(t) for t in result.token_ids]
+            turns[-1].answer_stopped = result.finish_reason == "stop"
+            reply = await ctx.to_thread(chat.decode, turns[-1].answer)
+            try:
+                return parser.parse(reply, runtime.screen_map(obs.width, obs.height))
+            except ParseError as error:
+                return Invalid(error.feedback)
+
+        env = await ctx.open_env()
         try:
-            for turn in range(agent.max_turns):
-                images.append(await ctx.to_thread(ContextImage.of, obs.screenshot))
-                turns.append(ChatTurn(text, (images[-1].width, images[-1].height)))
-                shown = 0 if agent.history_images is None else max(0, len(turns) - agent.history_images)
-                context = await ctx.to_thread(lambda: chat.context(turns, images_from=shown))
-                trajectory.set_context(context, images[shown:])
-                result = await runtime.client.generate(
-                    trajectory_id,
-                    trajectory.current.prompt_array(),
-                    trajectory.current.images,
-                    sampling,
-                    request_id=f"{trajectory_id}#{turn}",
-                )
-                trajectory.add_generated(result)
-                turns[-1].answer = [int(t) for t in result.token_ids]
-                turns[-1].answer_stopped = result.finish_reason == "stop"
-                reply = await ctx.to_thread(chat.decode, turns[-1].answer)
-                try:
-                    action = parser.parse(reply, runtime.screen_map(obs.width, obs.height))
-                    obs, step_reward, terminated, truncated, info = await env.step(action)
-                except (ParseError, ActionError) as error:
-                    reward -= agent.format_penalty
-                    text = f"Invalid action: {getattr(error, 'feedback', str(error))}"
-                    continue
-                reward += step_reward
-                text = ""
-                if terminated or truncated:
-                    finish = "done" if terminated else "truncated"
-                    success = bool(info.get("success", step_reward > 0))
-                    break
+            episode = await play_episode(
+                env,
+                policy,
+                seed=self.seed,
+                options={"task": self.task} if self.task else None,
+                max_turns=agent.max_turns,
+                invalid_penalty=agent.format_penalty,
+            )
         finally:
             await runtime.client.end_trajectory(trajectory_id)
         return await ctx.to_thread(
@@ -118,10 +117,13 @@ class AgentLoop:
                 group_id=self.group_id,
                 source=self.source.name,
                 sample_index=self.sample_index,
-                reward=reward,
-                success=success,
-                finish=finish,
+                reward=episode.reward,
+                success=episode.success,
+                finish=episode.finish,
                 patch_rule=runtime.patch_rule,
             )
         )
 
+def agent_loop_factory(source: DataSource, seed: int, group_id: str, index: int) -> AgentLoop:
+    """The driver's tenant factory (``control.driver.TenantFactory``) for policy rollouts."""
+    return AgentLoop(source, seed=seed, group_id=group_id, sample_index=index)

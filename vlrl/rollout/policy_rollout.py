@@ -14,16 +14,16 @@ import json
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 from vlrl.config import Ge
 from vlrl.pool.harness_pool import HarnessPool
+from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import AgentLoop
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY, RolloutSide
-from vlrl.store.records import SeqMeta
 
 
 class PolicyRollout:
@@ -50,8 +50,7 @@ class PolicyRollout:
         started_ray = config.ray.ensure()
         with tempfile.TemporaryDirectory(prefix="vlrl-model-") as scratch:
             model_path = _model_path(config.model_path, Path(scratch))
-            engine_config = replace(config.engine, model_path=model_path)
-            engines = [engine_config.build() for _ in range(config.replicas)]
+            engines = [config.engine.build(model_path=model_path) for _ in range(config.replicas)]
             store = config.store.build()
             pool = config.pool.build(loop_setup=LoopSetup(model_path, tuple(engines), store, config.client))
             try:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from vlrl.config import Ge, NonEmpty
+from vlrl.config import DataSource, Ge, NonEmpty
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.ray_runtime import RayRuntime
-from vlrl.pool.sources import DataSource, check_sources_have_pools
+from vlrl.pool.sources import check_sources_have_pools
 from vlrl.rollout.client import InferenceClient
 from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
 from vlrl.store.ray_store import RayStore
@@ -27,16 +27,17 @@ class RolloutSide:
     """The Ray cluster to run on (a local one by default; ``ray.address`` joins a cluster)."""
 
     model_path: Annotated[str, NonEmpty()] = TINY
-    """Qwen2-VL checkpoint folder of the policy, or 'tiny' to build an untrained tiny one offline."""
+    """Qwen2-VL checkpoint folder of the policy, or 'tiny' to build an untrained tiny one offline:
+    the one place the policy's path is set (engines and trainer ranks are built with it)."""
 
     replicas: Annotated[int, Ge(1)] = 1
     """Engine replicas serving the Agent Loops (behind every loop host's client)."""
 
     engine: EmbeddedEngine.Config | VLLMEngine.Config = field(
-        default_factory=lambda: EmbeddedEngine.Config(model_path=TINY, cpus=0)
+        default_factory=lambda: EmbeddedEngine.Config(cpus=0)
     )
-    """Engine replica settings (its model_path is replaced by the policy's): the embedded Hugging
-    Face engine (CPU or GPU), or vLLM on GPU nodes (``examples/train_click_vllm.py``)."""
+    """Engine replica settings (each replica serves ``model_path``): the embedded Hugging Face
+    engine (CPU or GPU), or vLLM on GPU nodes (``examples/train_click_vllm.py``)."""
 
     client: InferenceClient.Config = field(default_factory=InferenceClient.Config)
     """Retries and image shipping of each loop host's inference client."""

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from vlrl.mm import PatchRule, store_image
+from vlrl.records import EXTRA_PREFIX, FIELDS, LOGPROBS, LOSS_MASK, TOKEN_IDS, Finish, SeqMeta
 from vlrl.rollout.chat import Segment
 from vlrl.rollout.client import ContextImage
 from vlrl.rollout.protocol import GenerateResult
-from vlrl.store.records import EXTRA_PREFIX, Finish, SeqMeta
 
 
 @dataclass(slots=True)
@@ -72,9 +72,9 @@ class Sequence:
 
     def payload(self) -> dict[str, np.ndarray]:
         fields = {
-            "token_ids": np.asarray(self.token_ids, dtype=np.int32),
-            "logprobs": np.asarray(self.logprobs, dtype=np.float32),
-            "loss_mask": np.asarray(self.loss_mask, dtype=bool),
+            TOKEN_IDS: np.asarray(self.token_ids, dtype=FIELDS[TOKEN_IDS].dtype),
+            LOGPROBS: np.asarray(self.logprobs, dtype=FIELDS[LOGPROBS].dtype),
+            LOSS_MASK: np.asarray(self.loss_mask, dtype=FIELDS[LOSS_MASK].dtype),
         }
         # Engine-reported fields become per-token arrays over the whole sequence (zero rows on
         # prompt tokens), so a packer cuts them by token range like the ids.

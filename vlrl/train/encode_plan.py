@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vlrl.mm import MMItemMeta
 from vlrl.pack.kk import karmarkar_karp
+from vlrl.records import MMItemMeta
 
 KK_MAX_ITEMS = 20_000
 """Distinct items up to which the Karmarkar-Karp seed is tried beside LPT (~0.1 s there)."""

@@ -3,7 +3,7 @@
 Per step, on every rank alike::
 
     StepImages (metadata) --plan_encoders--> EncodePlan --Routing.build--> one routing per micro-batch
-    this rank's items --PixelFetcher (background thread: fetch + preprocess chunk k+1)--> encode chunk k
+    this rank's items --fetch_pixels (background thread: fetch + preprocess chunk k+1)--> encode chunk k
     encoder rows E (this rank's images, each distinct image once in the whole step)
 
 then per micro-batch ``embeddings(i)`` sends rows of ``E`` to the ranks holding their tokens with one
@@ -29,10 +29,10 @@ import torch
 import torch.distributed as dist
 
 from encoders.protocol import EncoderError, EncoderInput, VisionEncoder
-from vlrl.mm import MMItemMeta
 from vlrl.pack.layout import Layout
+from vlrl.records import MMItemMeta
 from vlrl.train.encode_plan import EncodePlan, plan_encoders
-from vlrl.train.pixel_fetch import PixelFetcher
+from vlrl.train.pixel_fetch import fetch_pixels
 from vlrl.train.redistribute import Routing, redistribute_rows
 from vlrl.train.step_images import StepImages
 
@@ -61,13 +61,12 @@ class EncodedStep:
     """A step's encoder output on one rank; hand out micro-batch embeddings, then ``backward()``."""
 
     def __init__(
-        self, plan: EncodePlan, routings: Sequence[Routing], rows: torch.Tensor, rank: int, group, stats: EncodeStats
+        self, plan: EncodePlan, routings: Sequence[Routing], rows: torch.Tensor, rank: int, stats: EncodeStats
     ) -> None:
         self.plan = plan
         self.routings = tuple(routings)
         self.stats = stats
         self._rank = rank
-        self._group = group
         self._rows = rows  # (encoded rows, hidden), in the encoder's graph when training
         self._leaf = rows.detach().requires_grad_(rows.requires_grad)
 
@@ -79,7 +78,7 @@ class EncodedStep:
             raise IndexError(f"micro_batch={micro_batch}; the step has {len(self.routings)} micro-batches")
         routing = self.routings[micro_batch]
         start = time.perf_counter()
-        out = redistribute_rows(self._leaf, routing, group=self._group)
+        out = redistribute_rows(self._leaf, routing)
         self.stats.redistribute_s += time.perf_counter() - start
         self.stats.sent_rows += int(routing.counts[self._rank].sum() - routing.counts[self._rank, self._rank])
         return out
@@ -95,24 +94,14 @@ class EncodedStep:
 class StepEncoder:
     """Encodes each step's images on this rank; see the module docstring."""
 
-    def __init__(
-        self,
-        encoder: VisionEncoder,
-        store,
-        layout: Layout,
-        rank: int,
-        *,
-        group=None,
-        chunk_tokens: int = 16384,
-    ) -> None:
+    def __init__(self, encoder: VisionEncoder, store, layout: Layout, rank: int, *, chunk_tokens: int = 16384) -> None:
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens={chunk_tokens}; expected >= 1 rows per encoder forward")
         self.encoder = encoder
         self.layout = layout
         self.rank = rank
-        self._group = group
+        self._store = store
         self._chunk_tokens = chunk_tokens
-        self._fetcher = PixelFetcher(store, rank)
         self._prep = ThreadPoolExecutor(1, thread_name_prefix=f"encode-prep-{rank}")
 
     def plan(self, images: StepImages) -> tuple[EncodePlan, list[Routing]]:
@@ -128,9 +117,9 @@ class StepEncoder:
 
     def encode(self, images: StepImages) -> EncodedStep:
         """Plan, fetch this rank's pixels and encode them; collective only through ``embeddings``."""
-        world = dist.get_world_size(self._group) if dist.is_initialized() else 1
+        world = dist.get_world_size() if dist.is_initialized() else 1
         if world != self.layout.world_size:
-            raise ValueError(f"rank {self.rank}: the layout {self.layout} has {self.layout.world_size} ranks, the group {world}")
+            raise ValueError(f"rank {self.rank}: the layout {self.layout} has {self.layout.world_size} ranks, the world {world}")
         plan, routings = self.plan(images)
         metas = {item.content_hash: item for item in images.items}
         stats = EncodeStats()
@@ -149,11 +138,10 @@ class StepEncoder:
             stats.pixel_bytes += nbytes
         rows = torch.cat(outputs) if outputs else self._no_rows()
         stats.rows = rows.shape[0]
-        return EncodedStep(plan, routings, rows, self.rank, self._group, stats)
+        return EncodedStep(plan, routings, rows, self.rank, stats)
 
     def close(self) -> None:
         self._prep.shutdown(wait=True)
-        self._fetcher.close()
 
     def _prepare(self, plan: EncodePlan, chunk: list[int], metas) -> Future[tuple[list[EncoderInput], int]]:
         """Fetch and preprocess one chunk on the background thread, while the encoder computes."""
@@ -161,7 +149,7 @@ class StepEncoder:
         return self._prep.submit(self._fetch_and_preprocess, hashes, [plan.num_tokens[i] for i in chunk], metas)
 
     def _fetch_and_preprocess(self, hashes: list[str], rows: list[int], metas) -> tuple[list[EncoderInput], int]:
-        pixels = self._fetcher.fetch_images(hashes)
+        pixels = fetch_pixels(self._store, hashes, rank=self.rank)
         inputs = []
         for content_hash, expected, array in zip(hashes, rows, pixels, strict=True):
             array = np.asarray(array)  # store reads may be read-only views; processors want to own them

@@ -1,18 +1,12 @@
-"""The policy loss: clipped surrogate, TIS, KL to a reference, on-policy distillation, entropy.
+"""The policy loss: clipped surrogate, on-policy distillation, entropy; TIS and KL math in waiting.
 
 Per token ``t`` of a window (all arrays ``(W,)``), with ``m_t`` the loss mask, ``A_t`` the
 advantage, ``logp_t`` the current policy's logprob of the sampled token (with grad), ``old_t`` the
 rollout engine's logprob of it (the window's ``old_logprobs``) and ``sg`` stop-gradient:
 
-**Ratio and truncated importance sampling (TIS).** The ratio's anchor ``a_t`` is ``old_t``, or the
-*proximal* logprob ``prox_t`` when the trainer recomputed the sampled tokens' logprobs under the
-pre-step weights (engine and trainer kernels differ, so ``prox_t != old_t`` even at equal weights)::
+**Ratio**, against the rollout engine's logprobs::
 
-    r_t = exp(logp_t - a_t)
-    w_t = min(exp(prox_t - old_t), tis_cap)   with proximal logprobs and tis_cap set; else 1
-
-The tokens were sampled from the engine's distribution, so ``w_t`` re-weights them towards the
-trainer's; truncating at ``tis_cap`` bounds the variance that rare mismatched tokens would add.
+    r_t = exp(logp_t - old_t)
 
 **Clipped surrogate** (PPO; GRPO is the same on group-relative advantages), to minimise::
 
@@ -22,18 +16,11 @@ trainer's; truncating at ``tis_cap`` bounds the variance that rare mismatched to
 ``clip_high > clip_low`` ("clip-higher", DAPO) leaves more room to raise unlikely tokens. For
 ``A_t < 0`` the first line grows with ``r_t`` without bound; dual clip caps it at ``c |A_t|``.
 
-**KL to a reference**, ``d_t = logp_t - ref_t``, one of Schulman's estimators on the sampled token::
-
-    k1 = d_t            k2 = d_t^2 / 2            k3 = exp(-d_t) - 1 + d_t
-
-As a loss on on-policy samples, their pathwise gradients differ: ``E[grad k1] = 0`` (k1 is a metric, no penalty),
-``E[grad k2] = grad KL(pi || ref)`` and ``E[grad k3] = grad KL(ref || pi)`` (GRPO's choice).
-
 **On-policy distillation (OPD)**: the reverse KL to a teacher, ``KL(pi || T) = E_pi[logp - logT]``,
-has gradient ``E_pi[(logp - logT) grad logp]``. From engine samples that is the importance-weighted
-score-function term (the pathwise ``grad(logp - logT) = grad logp`` has zero mean: noise only)::
+has gradient ``E_pi[(logp - logT) grad logp]``. From engine samples that is the score-function
+term (the pathwise ``grad(logp - logT) = grad logp`` has zero mean: noise only)::
 
-    opd_t = w_t r_t sg(logp_t - teacher_t)
+    opd_t = r_t sg(logp_t - teacher_t)
 
 so minimising it lowers the logprob of a token the teacher rates below the student and raises one
 it rates above. It adds the teacher's signal to reward advantages; ``GroupHook``'s ``opd`` mode
@@ -41,11 +28,24 @@ instead makes ``teacher - old`` *the* advantage (clipped like any other): use on
 
 **Per-token loss**, with ``H_t`` the policy's entropy at the token (a bonus, hence minus)::
 
-    l_t = w_t pg_t + kl_coef k_t + opd_coef opd_t - entropy_coef H_t
+    l_t = pg_t + opd_coef opd_t - entropy_coef H_t
 
-Only the score-function terms (surrogate, OPD) carry ``w_t``: they estimate expectations under the
-trainer's policy from the engine's samples. The KL and entropy terms are the usual unweighted
-penalties at the sampled tokens.
+**Not wired yet: truncated importance sampling (TIS) and KL to a reference.** Both need logprobs
+the trainer does not compute (the sampled tokens' logprobs under the pre-step weights, ``prox_t``,
+and under a reference model, ``ref_t``), so ``PolicyLoss.Config`` refuses ``tis_cap`` and
+``kl_coef > 0``; their math lives in ``importance_weight`` and ``kl_estimate`` for the trainer
+that will. Engine and trainer kernels differ, so ``prox_t != old_t`` even at equal weights; TIS
+anchors the ratio at ``prox_t`` and re-weights the score-function terms (surrogate, OPD) towards
+the trainer's distribution, truncated to bound the variance rare mismatched tokens add::
+
+    w_t = min(exp(prox_t - old_t), tis_cap)          l_t = w_t pg_t + w_t opd_coef opd_t + ...
+
+The KL penalty adds ``kl_coef k_t``, ``d_t = logp_t - ref_t``, one of Schulman's estimators::
+
+    k1 = d_t            k2 = d_t^2 / 2            k3 = exp(-d_t) - 1 + d_t
+
+As a loss on on-policy samples, their pathwise gradients differ: ``E[grad k1] = 0`` (k1 is a metric,
+no penalty), ``E[grad k2] = grad KL(pi || ref)`` and ``E[grad k3] = grad KL(ref || pi)`` (GRPO's).
 
 **Aggregation** over a whole optimizer step (every micro-batch of every rank), with ``N`` the
 step's loss tokens, ``S`` its sequences with a loss token and ``n_t`` the loss tokens of ``t``'s
@@ -57,23 +57,24 @@ sequence::
 
 Every mode is a sum of per-token terms over fixed *global* denominators (``Normaliser``, computed
 before the step), so the losses of any split into micro-batches, DP ranks and CP/TP shards add up
-to the loss of the whole step, gradients included: each call returns its share, ``loss`` times
-``Normaliser.grad_mean_ranks`` so that a backend that *averages* gradients over that many ranks
-(DDP, FSDP) ends with the gradient of the step's ``L``.
+to the loss of the whole step, gradients included, when the backend *sums* gradients over ranks
+(the trainer's FSDP does): each call returns its share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import torch
 from torch import Tensor
 
-from vlrl.config import Ge, Gt, Lt, validate
+from vlrl.config import ConfigError, Ge, Gt, Lt, validate
+from vlrl.records import LossTerm, fields_for
 
 Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"]
+KLEstimator = Literal["k1", "k2", "k3"]
 
 DEFAULT_AGGREGATION: dict[str, Aggregation] = {"ppo": "token_mean", "grpo": "seq_mean_token_mean", "sft": "token_mean"}
 """Each kind's aggregation when the config leaves it None."""
@@ -88,12 +89,6 @@ class NonFiniteLossError(FloatingPointError):
         self.where = where
 
 
-def check_finite(loss: Tensor, where: str) -> None:
-    """Raise ``NonFiniteLossError`` if ``loss`` is not finite (a host sync: call it once per micro-batch)."""
-    if not torch.isfinite(loss).all():
-        raise NonFiniteLossError(loss.item() if loss.numel() == 1 else float("nan"), where)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Normaliser:
     """Denominators of one optimizer step, the same on every rank and for every micro-batch."""
@@ -102,35 +97,12 @@ class Normaliser:
     """``N``: loss tokens in the step, over all micro-batches and DP ranks."""
     sequences: int
     """``S``: sequences of the step with at least one loss token."""
-    grad_mean_ranks: int = 1
-    """Ranks the backend averages gradients over (DDP/FSDP: the data-parallel group, CP ranks
-    included when they are folded into it); the loss is multiplied by it. 1 under SUM reduction."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.sequences <= self.tokens:
             raise ValueError(f"Normaliser: sequences={self.sequences}, tokens={self.tokens}; expected 0 <= S <= N")
         if (self.sequences == 0) != (self.tokens == 0):
             raise ValueError(f"Normaliser: sequences={self.sequences} and tokens={self.tokens} must be 0 together")
-        if self.grad_mean_ranks < 1:
-            raise ValueError(f"Normaliser.grad_mean_ranks={self.grad_mean_ranks}; expected >= 1")
-
-    @classmethod
-    def from_counts(cls, seq_loss_tokens: Iterable[int], *, grad_mean_ranks: int = 1) -> Normaliser:
-        """From the loss-token count of every sequence of the step, known before it starts."""
-        counts = [int(n) for n in seq_loss_tokens]
-        if any(n < 0 for n in counts):
-            raise ValueError(f"Normaliser.from_counts: negative loss-token count in {counts}")
-        return cls(tokens=sum(counts), sequences=sum(n > 0 for n in counts), grad_mean_ranks=grad_mean_ranks)
-
-
-def broadcast_seq_loss_tokens(segment_ids: Tensor, counts: Tensor) -> Tensor:
-    """``n_t`` per token, ``(W,)``: ``counts[segment_ids[t]]``, 0 on padding (segment id -1).
-
-    ``counts`` is ``(num_segments,)``: each sequence of the micro-batch's loss tokens over all its
-    CP/TP shards, which is why it comes from the whole micro-batch and not from the window.
-    """
-    real = segment_ids >= 0
-    return torch.where(real, counts[segment_ids.clamp(min=0)], 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +118,47 @@ class LossOutput:
     metrics: dict[str, Tensor]
 
 
+def clipped_surrogate(
+    ratio: Tensor, advantages: Tensor, *, clip_low: float, clip_high: float, dual_clip: float | None
+) -> Tensor:
+    """``pg_t``, ``(W,)``: the clipped surrogate, dual-clipped where ``A_t < 0`` when ``dual_clip`` is set."""
+    clipped = ratio.clamp(1 - clip_low, 1 + clip_high)
+    pg = torch.maximum(-advantages * ratio, -advantages * clipped)
+    if dual_clip is not None:
+        pg = torch.where(advantages < 0, torch.minimum(pg, -dual_clip * advantages), pg)
+    return pg
+
+
+def importance_weight(proximal_logprobs: Tensor, old_logprobs: Tensor, loss_mask: Tensor, cap: float) -> Tensor:
+    """TIS's ``w_t = min(exp(prox_t - old_t), cap)`` on loss tokens, 1 elsewhere, ``(W,)``.
+
+    Not called yet: the trainer computes no proximal logprobs (``PolicyLoss.Config.tis_cap``)."""
+    gap = torch.where(loss_mask, proximal_logprobs - old_logprobs, 0.0)
+    return gap.exp().clamp(max=cap)
+
+
+def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, loss_mask: Tensor, estimator: KLEstimator) -> Tensor:
+    """``k_t`` of ``d_t = logp_t - ref_t`` on loss tokens, 0 elsewhere, ``(W,)``, with grad through ``logprobs``.
+
+    Not called yet: the trainer computes no reference logprobs (``PolicyLoss.Config.kl_coef``)."""
+    d = torch.where(loss_mask, logprobs - ref_logprobs, 0.0)
+    if estimator == "k1":
+        return d
+    if estimator == "k2":
+        return d.square() / 2
+    return (-d).exp() - 1 + d
+
+
+def step_weights(loss_mask: Tensor, seq_loss_tokens: Tensor, normaliser: Normaliser, aggregation: Aggregation) -> Tensor:
+    """``(W,)`` the coefficient of ``l_t`` in the step's loss: ``1/N``, ``1/S`` or ``1/(S n_t)``, 0 off the mask.
+
+    ``seq_loss_tokens`` is ``n_t`` as floats; a loss token with ``n_t = 0`` (a caller's bug) makes
+    the loss inf rather than vanish."""
+    step_total = normaliser.tokens if aggregation == "token_mean" else normaliser.sequences  # N or S
+    per_sequence = seq_loss_tokens if aggregation == "seq_mean_token_mean" else torch.ones_like(seq_loss_tokens)
+    return torch.where(loss_mask, 1.0 / (max(step_total, 1) * per_sequence), 0.0)
+
+
 class PolicyLoss:
     @dataclass(kw_only=True, slots=True)
     class Config:
@@ -155,7 +168,7 @@ class PolicyLoss:
         """``ppo`` and ``grpo`` are the clipped surrogate on precomputed advantages (GRPO's are
         group-relative, ``control.advantages``) and differ only in the default aggregation.
         ``sft`` is supervised warm start on demonstrations: ``pg_t = -logp_t`` (advantages and
-        rollout logprobs are ignored; KL, OPD and entropy terms still apply)."""
+        rollout logprobs are ignored; OPD and entropy terms still apply)."""
 
         clip_low: Annotated[float, Gt(0), Lt(1)] = 0.2
         """The ratio's lower clip bound is ``1 - clip_low``."""
@@ -167,15 +180,16 @@ class PolicyLoss:
         """``c``: caps a negative-advantage token's loss at ``c |A|``; None for no cap."""
 
         tis_cap: Annotated[float, Gt(0)] | None = None
-        """Truncation of the importance weight ``exp(proximal - rollout)``; needs proximal
-        logprobs. None: no weight (the ratio alone, against the proximal or rollout logprobs)."""
+        """Truncation of the importance weight ``exp(proximal - rollout)``. Only None for now: it
+        needs proximal logprobs, which the trainer does not compute yet."""
 
         kl_coef: Annotated[float, Ge(0)] = 0.0
-        """Weight of the KL-to-reference penalty; needs reference logprobs when above 0."""
+        """Weight of the KL-to-reference penalty. Only 0 for now: it needs reference logprobs,
+        which the trainer does not compute yet."""
 
-        kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-        """Estimator of the KL to the reference on the sampled token: ``k3`` (GRPO's) or ``k2``;
-        ``k1``'s gradient has zero mean, so as a penalty it only adds noise."""
+        kl_estimator: KLEstimator = "k3"
+        """Estimator of the KL to the reference on the sampled token, once ``kl_coef`` can be set:
+        ``k3`` (GRPO's) or ``k2``; ``k1``'s gradient has zero mean, so as a penalty it only adds noise."""
 
         opd_coef: Annotated[float, Ge(0)] = 0.0
         """Weight of the on-policy distillation term (reverse KL to the teacher); needs teacher
@@ -188,6 +202,25 @@ class PolicyLoss:
         entropy_coef: Annotated[float, Ge(0)] = 0.0
         """Weight of the entropy bonus; needs the per-token entropy when above 0."""
 
+        def check(self) -> None:
+            if self.tis_cap is not None:
+                raise ConfigError(
+                    "tis_cap", self.tis_cap,
+                    "None: truncated importance sampling needs proximal logprobs, which the trainer does not compute yet",
+                )  # fmt: skip
+            if self.kl_coef > 0:
+                raise ConfigError(
+                    "kl_coef", self.kl_coef,
+                    "0: the KL penalty needs reference logprobs, which the trainer does not compute yet",
+                )  # fmt: skip
+
+        def payload_fields(self) -> tuple[str, ...]:
+            """The payload fields this loss reads: what the packer packs (``records.fields_for``)."""
+            terms: set[LossTerm] = {"likelihood" if self.kind == "sft" else "policy_gradient"}
+            if self.opd_coef > 0:
+                terms.add("distillation")
+            return fields_for(terms)
+
         def build(self) -> PolicyLoss:
             return PolicyLoss(validate(self))
 
@@ -199,101 +232,95 @@ class PolicyLoss:
         self,
         logprobs: Tensor,
         *,
-        old_logprobs: Tensor,
-        advantages: Tensor,
+        old_logprobs: Tensor | None = None,
+        advantages: Tensor | None = None,
         loss_mask: Tensor,
         seq_loss_tokens: Tensor,
         normaliser: Normaliser,
-        proximal_logprobs: Tensor | None = None,
-        ref_logprobs: Tensor | None = None,
         teacher_logprobs: Tensor | None = None,
         entropy: Tensor | None = None,
     ) -> LossOutput:
         """This window's share of the step's loss; every array is ``(W,)``.
 
         ``logprobs`` (with grad) and ``entropy`` come from ``token_logprobs_and_entropy``;
-        ``old_logprobs`` are the rollout engine's; ``seq_loss_tokens`` is ``n_t`` from
-        ``broadcast_seq_loss_tokens``. Padding and prompt tokens (``loss_mask`` False) add nothing
-        and get zero gradient, whatever their values.
+        ``old_logprobs`` are the rollout engine's and, with ``advantages``, needed by every kind but
+        ``sft`` (a demonstration has no sampling policy: its ratio is 1); ``seq_loss_tokens`` is ``n_t``, counted over
+        the sequence's every shard. Padding and prompt tokens (``loss_mask`` False) add nothing
+        and get zero gradient, whatever their values: every input goes through ``where`` first.
         """
-        cfg = self._check_inputs(
-            logprobs,
-            old_logprobs=old_logprobs,
-            advantages=advantages,
-            loss_mask=loss_mask,
-            seq_loss_tokens=seq_loss_tokens,
-            proximal_logprobs=proximal_logprobs,
-            ref_logprobs=ref_logprobs,
-            teacher_logprobs=teacher_logprobs,
-            entropy=entropy,
-        )
-        dtype = torch.promote_types(logprobs.dtype, torch.float32)
+        self._check_inputs(
+            logprobs, old_logprobs=old_logprobs, advantages=advantages, loss_mask=loss_mask,
+            seq_loss_tokens=seq_loss_tokens, teacher_logprobs=teacher_logprobs, entropy=entropy,
+        )  # fmt: skip
         mask = loss_mask
+        dtype = torch.promote_types(logprobs.dtype, torch.float32)
+
+        def on_loss(x: Tensor) -> Tensor:
+            """``x`` on loss tokens, 0 elsewhere: padding's values never reach exp or the grads."""
+            return torch.where(mask, x.to(dtype), 0.0)
+
         logp = logprobs.to(dtype)
+        if self.config.kind == "sft":
+            adv = log_ratio = torch.zeros_like(logp)
+            ratio = torch.ones_like(logp)
+            pg = on_loss(-logp)  # (W,) pg_t
+        else:
+            adv = on_loss(advantages)
+            log_ratio = on_loss(logp - old_logprobs.to(dtype))
+            ratio = log_ratio.exp()  # (W,) r_t, 1 off the mask
+            pg = self._surrogate(ratio, adv)  # (W,) pg_t
+        extra, sums = self._extra_terms(logp, ratio, on_loss, teacher_logprobs, entropy)
+        n = torch.where(mask, seq_loss_tokens.to(dtype), 1.0)  # (W,) n_t, 1 off the mask
+        loss = (step_weights(mask, n, normaliser, self.aggregation) * (pg + extra)).sum()
+        return LossOutput(loss=loss, metrics=self._metrics(mask, n, pg, adv, ratio, log_ratio, sums))
 
-        def gap(a: Tensor, b: Tensor) -> Tensor:
-            """``a - b`` on loss tokens, 0 elsewhere: padding's values never reach exp or the grads."""
-            return torch.where(mask, a.to(dtype) - b.to(dtype), 0.0)
+    def _surrogate(self, ratio: Tensor, adv: Tensor) -> Tensor:
+        cfg = self.config
+        return clipped_surrogate(ratio, adv, clip_low=cfg.clip_low, clip_high=cfg.clip_high, dual_clip=cfg.dual_clip)
 
-        adv = torch.where(mask, advantages.to(dtype), 0.0)
-        anchor = old_logprobs if proximal_logprobs is None else proximal_logprobs
-        log_ratio = gap(logp, anchor)
-        ratio = log_ratio.exp()  # (W,) r_t, 1 off the mask
-        weight = torch.ones_like(ratio)  # (W,) w_t
-        if cfg.tis_cap is not None:
-            importance = gap(proximal_logprobs, old_logprobs).exp()  # (W,) pi_prox / pi_rollout
-            weight = importance.clamp(max=cfg.tis_cap)
-
-        clipped = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
-        pg = torch.maximum(-adv * ratio, -adv * clipped)  # (W,)
-        if cfg.dual_clip is not None:
-            pg = torch.where(adv < 0, torch.minimum(pg, -cfg.dual_clip * adv), pg)
-        if cfg.kind == "sft":
-            pg = torch.where(mask, -logp, 0.0)  # maximum likelihood of the demonstrated tokens
-        pg_term = weight * pg  # (W,) w_t pg_t
-        per_token = pg_term
-
-        metrics: dict[str, Tensor] = {}
-        if ref_logprobs is not None:
-            d = gap(logp, ref_logprobs)
-            kl = {"k1": d, "k2": d.square() / 2, "k3": (-d).exp() - 1 + d}[cfg.kl_estimator]
-            per_token = per_token + cfg.kl_coef * kl
-            metrics["ref_kl_sum"] = kl
+    def _extra_terms(
+        self,
+        logp: Tensor,
+        ratio: Tensor,
+        on_loss: Callable[[Tensor], Tensor],
+        teacher_logprobs: Tensor | None,
+        entropy: Tensor | None,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """``opd_coef opd_t - entropy_coef H_t`` ``(W,)``, and the per-token values summed as metrics."""
+        cfg = self.config
+        extra = torch.zeros_like(ratio)
+        sums: dict[str, Tensor] = {}
         if teacher_logprobs is not None:
-            reverse_kl = gap(logp, teacher_logprobs)  # logp_t - teacher_t, the one-sample reverse KL
-            per_token = per_token + cfg.opd_coef * weight * ratio * reverse_kl.detach()
-            metrics["opd_kl_sum"] = reverse_kl
+            reverse_kl = on_loss(logp - teacher_logprobs.to(logp.dtype))  # logp_t - teacher_t, a one-sample reverse KL
+            extra = extra + cfg.opd_coef * ratio * reverse_kl.detach()
+            sums["opd_kl_sum"] = reverse_kl
         if entropy is not None:
-            ent = torch.where(mask, entropy.to(dtype), 0.0)
-            per_token = per_token - cfg.entropy_coef * ent
-            metrics["entropy_sum"] = ent
+            ent = on_loss(entropy)
+            extra = extra - cfg.entropy_coef * ent
+            sums["entropy_sum"] = ent
+        return extra, sums
 
-        # (W,) n_t, 1 off the mask; a loss token with n_t = 0 (a caller's bug) makes the loss inf
-        n = torch.where(mask, seq_loss_tokens.to(dtype), 1.0)
-        step_total = normaliser.tokens if self.aggregation == "token_mean" else normaliser.sequences  # N or S
-        per_sequence = n if self.aggregation == "seq_mean_token_mean" else 1.0
-        coef = torch.where(mask, normaliser.grad_mean_ranks / (max(step_total, 1) * per_sequence), 0.0)  # (W,)
-        loss = (coef * per_token).sum()  # per_token is 0 off the mask: every input went through where
+    @torch.no_grad()
+    def _metrics(
+        self, mask: Tensor, n: Tensor, pg: Tensor, adv: Tensor, ratio: Tensor, log_ratio: Tensor, sums: dict[str, Tensor]
+    ) -> dict[str, Tensor]:
+        """Sums over the window's loss tokens (``ratio_max``: a max), as ``LossOutput`` says."""
+        cfg = self.config
+        values = {"tokens": mask, "sequences": 1 / n, "pg_loss_sum": pg, **sums}  # 1/n_t: a sequence's shares sum to 1
+        if cfg.kind != "sft":  # the ratio means nothing against demonstrations
+            values.update(
+                clipped_low=(adv < 0) & (ratio < 1 - cfg.clip_low),
+                clipped_high=(adv > 0) & (ratio > 1 + cfg.clip_high),
+                approx_kl_sum=ratio - 1 - log_ratio,  # k3 of KL(old || pi)
+            )
+        if cfg.dual_clip is not None:
+            values["dual_clipped"] = (adv < 0) & (ratio > cfg.dual_clip)
+        out = {name: torch.where(mask, value.detach().double(), 0.0).sum() for name, value in values.items()}
+        if cfg.kind != "sft":
+            out["ratio_max"] = torch.where(mask, ratio.detach().double(), 0.0).max()
+        return out
 
-        with torch.no_grad():
-            metrics.update(tokens=mask, sequences=1 / n, pg_loss_sum=pg_term)  # 1/n_t: shares sum to 1
-            if cfg.kind != "sft":  # the ratio means nothing against demonstrations
-                metrics.update(
-                    clipped_low=(adv < 0) & (ratio < 1 - cfg.clip_low),
-                    clipped_high=(adv > 0) & (ratio > 1 + cfg.clip_high),
-                    approx_kl_sum=log_ratio.exp() - 1 - log_ratio,  # k3 of KL(anchor || pi)
-                )
-            if cfg.dual_clip is not None:
-                metrics["dual_clipped"] = (adv < 0) & (ratio > cfg.dual_clip)
-            if cfg.tis_cap is not None:
-                metrics["tis_clipped"] = importance > cfg.tis_cap
-                metrics["tis_weight_sum"] = weight
-            out = {name: torch.where(mask, value.detach().double(), 0.0).sum() for name, value in metrics.items()}
-            if cfg.kind != "sft":
-                out["ratio_max"] = torch.where(mask, ratio.detach().double(), 0.0).max()
-        return LossOutput(loss=loss, metrics=out)
-
-    def _check_inputs(self, logprobs: Tensor, **arrays: Tensor | None) -> PolicyLoss.Config:
+    def _check_inputs(self, logprobs: Tensor, **arrays: Tensor | None) -> None:
         """Shapes, the mask's dtype, and the optional inputs the config needs."""
         cfg = self.config
         if logprobs.dim() != 1:
@@ -306,15 +333,14 @@ class PolicyLoss:
         if arrays["loss_mask"].dtype != torch.bool:
             raise ValueError(f"loss_mask has dtype {arrays['loss_mask'].dtype}; expected torch.bool")
         needs = {
-            "proximal_logprobs": ("tis_cap", cfg.tis_cap is not None),
-            "ref_logprobs": ("kl_coef", cfg.kl_coef > 0),
+            "old_logprobs": ("kind", cfg.kind != "sft"),
+            "advantages": ("kind", cfg.kind != "sft"),
             "teacher_logprobs": ("opd_coef", cfg.opd_coef > 0),
             "entropy": ("entropy_coef", cfg.entropy_coef > 0),
         }
         for name, (field_name, needed) in needs.items():
             if needed and arrays[name] is None:
                 raise ValueError(f"PolicyLoss.Config.{field_name}={getattr(cfg, field_name)} needs {name}; none given")
-        return cfg
 
 
 def token_logprobs_and_entropy(

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from vlrl.store.records import SeqMeta
+from vlrl.records import SeqMeta
 
 
 def sequence_mrope(meta: SeqMeta, merge_size: int) -> np.ndarray:

@@ -1,7 +1,8 @@
-"""``Parallel``: the process groups of one training rank, all derived from the ``Layout``.
+"""``Parallel``: the ``torch.distributed`` process groups of one training rank, built from a ``Layout``.
 
-The device mesh is ``(dp, cp, tp)`` in the layout's rank order (TP fastest), so mesh coordinates
-and ``Layout.coords`` agree. What each dimension does to the model:
+Nothing about the mesh is decided here: its dimensions are ``Layout.mesh_dims`` (the layout's
+rank order, TP fastest), so mesh coordinates and ``Layout.coords`` agree, and every rank question
+(coordinates, group members) is the layout's. What each dimension does to the model:
 
 * ``tp``: DTensor tensor parallelism of the LLM backbone (``tp_mesh``);
 * ``cp``: keys/values all-gathered over ``cp_group`` in every attention layer;
@@ -26,9 +27,8 @@ from vlrl.pack.layout import Coords, Layout
 class Parallel:
     layout: Layout
     rank: int
-    coords: Coords
     mesh: DeviceMesh
-    """``(dp, cp, tp)``."""
+    """``Layout.mesh_dims``: ``(dp, cp, tp)``."""
     tp_mesh: DeviceMesh
     dp_cp_mesh: DeviceMesh
     cp_group: Any
@@ -44,12 +44,11 @@ class Parallel:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised; start the ranks with init_process_group")
         layout.check_world(dist.get_world_size())
-        mesh = init_device_mesh(device_type, (layout.dp, layout.cp, layout.tp), mesh_dim_names=("dp", "cp", "tp"))
-        rank = dist.get_rank()
+        names, sizes = zip(*layout.mesh_dims, strict=True)
+        mesh = init_device_mesh(device_type, sizes, mesh_dim_names=names)
         return cls(
             layout=layout,
-            rank=rank,
-            coords=layout.coords(rank),
+            rank=dist.get_rank(),
             mesh=mesh,
             tp_mesh=mesh["tp"],
             dp_cp_mesh=mesh["dp", "cp"]._flatten("dp_cp"),
@@ -57,6 +56,11 @@ class Parallel:
             dp_group=mesh.get_group("dp"),
             world_group=dist.group.WORLD,
         )
+
+    @property
+    def coords(self) -> Coords:
+        """This rank's ``(dp, cp, tp)`` coordinates (``Layout.coords``)."""
+        return self.layout.coords(self.rank)
 
     @property
     def is_logger(self) -> bool:

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vlrl.mm import MMItemMeta
 from vlrl.pack.layout import Layout
 from vlrl.pack.plan import Plan
-from vlrl.store.records import SeqMeta
+from vlrl.records import MMItemMeta, SeqMeta
 from vlrl.train.redistribute import Piece, place_images
 
 

@@ -20,9 +20,11 @@ import torch.distributed as dist
 from vlrl.pack.layout import Layout
 from vlrl.pack.packed import PackedWindow
 from vlrl.pack.plan import MicroBatch
+from vlrl.records import ADVANTAGES, LOGPROBS, TEACHER_LOGPROBS
 from vlrl.train.mrope import window_mrope
 
-_COLUMNS = ("token_ids", "segment_ids", "loss_mask", "old_logprobs", "advantages", "teacher_logprobs")
+_OPTIONAL = (LOGPROBS, ADVANTAGES, TEACHER_LOGPROBS)
+"""Per-token scalars a window has when the loss needs them; shifted like the ids."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +39,8 @@ class MicroBatchInputs:
     image_index: np.ndarray  # (R,) shard positions of this rank's image-token rows, window order
     target_ids: np.ndarray  # (S,) token q + 1 (0 where there is none)
     loss_mask: np.ndarray  # (S,) bool
-    old_logprobs: np.ndarray  # (S,)
-    advantages: np.ndarray  # (S,)
+    logprobs: np.ndarray | None  # (S,) the sampling policy's, when the window has them
+    advantages: np.ndarray | None  # (S,)
     teacher_logprobs: np.ndarray | None  # (S,)
     seq_loss_tokens: np.ndarray  # (S,) loss tokens of the position's whole sequence (0 off the mask)
 
@@ -60,11 +62,13 @@ def micro_batch_inputs(
     positions = np.concatenate([np.arange(a, b) for a, b in layout.cp_window(total, cp_rank)] or [np.zeros(0, np.int64)])
     if len(positions) != len(window):
         raise ValueError(f"CP rank {cp_rank}: window of {len(window)} tokens; the layout gives {len(positions)}")
-    full = _packed_columns(window, layout, total, cp_group)  # (padded, columns) in packed order
+    names = [name for name in _OPTIONAL if getattr(window, name) is not None]
+    full = _packed_columns(window, names, layout, total, cp_group)  # (padded, 3 + len(names)), packed order
     seg = full[:, 1].astype(np.int64)
     nxt = np.concatenate([full[1:], np.zeros((1, full.shape[1]))])  # token q + 1's columns
     nxt_seg = np.concatenate([seg[1:], [-1]])
     mask = (seg >= 0) & (nxt_seg == seg) & (nxt[:, 2] > 0)
+    shifted = {name: nxt[:, 3 + i] for i, name in enumerate(names)}
     counts = np.bincount(seg[mask], minlength=max(len(micro_batch.keys), 1))
     seq_tokens = np.where(mask, counts[np.maximum(seg, 0)], 0)
 
@@ -79,7 +83,6 @@ def micro_batch_inputs(
             f"CP rank {cp_rank} TP rank {tp_rank}: image placements cover tokens that are not the image token"
             f" {image_token_id}; the stored token ids and SeqMeta.image_offsets disagree"
         )
-    teacher = nxt[mine, 5] if window.teacher_logprobs is not None else None
     return MicroBatchInputs(
         token_ids=np.asarray(window.token_ids, dtype=np.int64),
         mrope=window_mrope(mrope_tables, micro_batch.keys, window.segment_ids, window.position_ids),
@@ -88,19 +91,16 @@ def micro_batch_inputs(
         image_index=image_index.astype(np.int64),
         target_ids=np.where(mask[mine], nxt[mine, 0], 0).astype(np.int64),
         loss_mask=mask[mine],
-        old_logprobs=nxt[mine, 3],
-        advantages=nxt[mine, 4],
-        teacher_logprobs=teacher,
+        **{name: shifted[name][mine] if name in shifted else None for name in _OPTIONAL},
         seq_loss_tokens=seq_tokens[mine].astype(np.float64),
     )
 
 
-def _packed_columns(window: PackedWindow, layout: Layout, total: int, cp_group) -> np.ndarray:
-    """``(padded_len, len(_COLUMNS))`` float64 of the whole micro-batch in packed order."""
-    teacher = window.teacher_logprobs if window.teacher_logprobs is not None else np.zeros(len(window))
-    local = np.stack(
-        [window.token_ids, window.segment_ids, window.loss_mask, window.old_logprobs, window.advantages, teacher], axis=1
-    ).astype(np.float64)  # (W, 6): token ids are exact in float64
+def _packed_columns(window: PackedWindow, names: list[str], layout: Layout, total: int, cp_group) -> np.ndarray:
+    """``(padded_len, 3 + len(names))`` float64 of the whole micro-batch in packed order: token
+    ids, segment ids, loss mask, then the named optional scalars."""
+    columns = [window.token_ids, window.segment_ids, window.loss_mask, *(getattr(window, n) for n in names)]
+    local = np.stack(columns, axis=1).astype(np.float64)  # (W, columns): token ids are exact in float64
     if cp_group is None:
         return local
     gathered = torch.empty((layout.cp * len(local), local.shape[1]), dtype=torch.float64)

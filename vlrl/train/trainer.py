@@ -32,10 +32,10 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from encoders.protocol import VisionEncoder
 from encoders.spec import ENCODER_DIR, STATE_PREFIX, EncoderSpec, ResolvedEncoder
-from vlrl.config import Ge, Gt, NonEmpty
+from vlrl.config import Ge, Gt
 from vlrl.pack import Layout, MicroBatchPlanner, PackedWindow, new_tp_group, packer_for_rank
 from vlrl.pack.packed import PAD_SEGMENT_ID
-from vlrl.store.records import SeqMeta
+from vlrl.records import FIELDS, SeqMeta, pad_value
 from vlrl.train.encode_step import StepEncoder
 from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss, token_logprobs_and_entropy
 from vlrl.train.mrope import sequence_mrope
@@ -56,8 +56,6 @@ class Trainer:
     class Config:
         """The policy update: model, optimizer, loss and micro-batching."""
 
-        model_path: Annotated[str, NonEmpty()] = ""
-        """Hugging Face Qwen2-VL checkpoint folder the policy starts from."""
         dtype: Literal["float32", "float64", "bfloat16"] = "float32"
         """Parameter and compute dtype."""
         lr: Annotated[float, Gt(0)] = 1e-5
@@ -78,24 +76,31 @@ class Trainer:
         """A plug-in vision encoder trained in place of the checkpoint's tower (None: the tower);
         the engines must use the same one (``EmbeddedEngine.Config.encoder``)."""
 
-        def build(self, *, store: Any, layout: Layout, encoder: VisionEncoder | None = None) -> Trainer:
-            """``encoder``: ``self.encoder``'s instance when the caller built it (a Ray rank builds
-            the driver's ``resolved_encoder()``); None builds it here."""
-            return Trainer(self, store=store, layout=layout, encoder=encoder)
+        def build(
+            self, *, model_path: str, store: Any, layout: Layout, encoder: VisionEncoder | None = None
+        ) -> Trainer:
+            """``model_path``: the Hugging Face Qwen2-VL checkpoint folder the policy starts from
+            (the job's policy, or a checkpoint's ``hf/``). ``encoder``: ``self.encoder``'s instance
+            when the caller built it (a Ray rank builds the driver's ``resolved_encoder``); None
+            builds it here."""
+            return Trainer(self, model_path=model_path, store=store, layout=layout, encoder=encoder)
 
-        def resolved_encoder(self) -> ResolvedEncoder | None:
+        def resolved_encoder(self, model_path: str) -> ResolvedEncoder | None:
             """``encoder`` resolved and checked against ``model_path``'s patch rule and width, in
             this process (where a recipe registered it); None for the checkpoint's tower."""
-            return None if self.encoder is None else self.encoder.resolve_for(self.model_path)
+            return None if self.encoder is None else self.encoder.resolve_for(model_path)
 
-    def __init__(self, config: Trainer.Config, *, store: Any, layout: Layout, encoder: VisionEncoder | None = None) -> None:
+    def __init__(
+        self, config: Trainer.Config, *, model_path: str, store: Any, layout: Layout, encoder: VisionEncoder | None = None
+    ) -> None:
         self.config = config
+        self.model_path = model_path
         self.store = store
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         self.parallel = Parallel.init(layout, self.device.type)
         if encoder is None and config.encoder is not None:
-            encoder = config.resolved_encoder().build(config.model_path)
-        self.model = PolicyModel.load(config.model_path, dtype=DTYPES[config.dtype], encoder=encoder).to(self.device)
+            encoder = config.resolved_encoder(model_path).build(model_path)
+        self.model = PolicyModel.load(model_path, dtype=DTYPES[config.dtype], encoder=encoder).to(self.device)
         self.model.parallelize(self.parallel)
         self.loss_fn = config.loss.build()
         self.planner = config.micro_batches.build()
@@ -132,12 +137,19 @@ class Trainer:
         plan = self.planner.plan(metas, self.layout.dp)
         dp, cp, tp = self.parallel.coords
         tables = {m.key: sequence_mrope(m, self.model.merge_size) for m in metas}
+        fields = self.config.loss.payload_fields()
         packer = packer_for_rank(
-            self.parallel.rank, store=self.store, layout=self.layout, plan=plan, metas=metas, tp_group=self._tp_group
+            self.parallel.rank,
+            store=self.store,
+            layout=self.layout,
+            plan=plan,
+            metas=metas,
+            tp_group=self._tp_group,
+            fields=fields,
         )
         inputs = []
         for i, mb in enumerate(plan.ranks[dp]):
-            window = packer.get(i) if mb.num_tokens else _pad_window(self.layout)
+            window = packer.get(i) if mb.num_tokens else _pad_window(self.layout, fields)
             inputs.append(micro_batch_inputs(
                 window, mb, self.layout, cp, tp, tables,
                 image_token_id=self.model.image_token_id, cp_group=self.parallel.cp_group,
@@ -182,8 +194,8 @@ class Trainer:
         logprobs, entropy = token_logprobs_and_entropy(logits, as_tensor(inputs.target_ids))
         return self.loss_fn(
             logprobs,
-            old_logprobs=as_tensor(inputs.old_logprobs),
-            advantages=as_tensor(inputs.advantages),
+            old_logprobs=None if inputs.logprobs is None else as_tensor(inputs.logprobs),
+            advantages=None if inputs.advantages is None else as_tensor(inputs.advantages),
             loss_mask=as_tensor(inputs.loss_mask),
             seq_loss_tokens=as_tensor(inputs.seq_loss_tokens),
             normaliser=normaliser,
@@ -284,8 +296,8 @@ class Trainer:
                 self.model.encoder.save_pretrained(hf / ENCODER_DIR)
             save_file({k: v.contiguous() for k, v in weights.items()}, str(hf / "model.safetensors"))
             for name in HF_FILES:
-                if (Path(self.config.model_path) / name).exists():
-                    shutil.copy(Path(self.config.model_path) / name, hf / name)
+                if (Path(self.model_path) / name).exists():
+                    shutil.copy(Path(self.model_path) / name, hf / name)
             torch.save({"step": self.step_count, "extra": dict(extra or {})}, path / "trainer.pt")
         dist.barrier()
         return path
@@ -305,13 +317,19 @@ class Trainer:
         self._encoder.close()
 
 
-def _pad_window(layout: Layout) -> PackedWindow:
-    """The window of an empty micro-batch: pad tokens only, so the rank still takes part in every
-    collective of the step (layers, CP gathers, all-to-alls) and contributes nothing."""
+def _pad_window(layout: Layout, fields: tuple[str, ...]) -> PackedWindow:
+    """The window of an empty micro-batch with the loss's ``fields``: pad tokens only, so the rank
+    still takes part in every collective of the step (layers, CP gathers, all-to-alls) and
+    contributes nothing."""
     n = layout.window_len(layout.pad_multiple)
-    zeros = np.zeros(n, np.float32)
-    return PackedWindow(
-        num_tokens=0, token_ids=np.zeros(n, np.int32), position_ids=np.zeros(n, np.int32),
-        segment_ids=np.full(n, PAD_SEGMENT_ID, np.int32), cu_seqlens=np.array([0, n], np.int32),
-        loss_mask=np.zeros(n, bool), old_logprobs=zeros, advantages=zeros,
-    )  # fmt: skip
+    arrays = {name: np.full(n, pad_value(name), FIELDS[name].dtype) for name in fields}
+    return PackedWindow.from_arrays(
+        {
+            **arrays,
+            "position_ids": np.zeros(n, np.int32),
+            "segment_ids": np.full(n, PAD_SEGMENT_ID, np.int32),
+            "cu_seqlens": np.array([0, n], np.int32),
+        },
+        num_tokens=0,
+        images=(),
+    )

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from encoders.spec import ResolvedEncoder
-from vlrl.config import Ge, Gt
+from vlrl.config import ConfigError, Ge, Gt
 from vlrl.pack import Layout
-from vlrl.store.records import SeqMeta
+from vlrl.records import SeqMeta
 from vlrl.train.trainer import Trainer
 
 
@@ -58,14 +58,21 @@ class TrainerWorker:
             return ray.util.get_node_ip_address(), s.getsockname()[1]
 
     def setup(
-        self, address: str, port: int, layout: Layout, config: Trainer.Config, store_config: Any, encoder: ResolvedEncoder | None
+        self,
+        address: str,
+        port: int,
+        layout: Layout,
+        config: Trainer.Config,
+        model_path: str,
+        store_config: Any,
+        encoder: ResolvedEncoder | None,
     ) -> int:
         os.environ.update(
             RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", MASTER_ADDR=address, MASTER_PORT=str(port)
         )
         init_distributed()
-        plug_in = encoder.build(config.model_path) if encoder is not None else None
-        self.trainer = config.build(store=store_config.build(), layout=layout, encoder=plug_in)
+        plug_in = encoder.build(model_path) if encoder is not None else None
+        self.trainer = config.build(model_path=model_path, store=store_config.build(), layout=layout, encoder=plug_in)
         return sum(p.numel() for p in self.trainer.model.parameters())
 
     def step(self, metas: list[SeqMeta]) -> dict[str, float]:
@@ -91,14 +98,11 @@ class TrainerWorker:
 class TrainerGroup:
     @dataclass(kw_only=True, slots=True)
     class Config:
-        """Trainer ranks as Ray actors: DP x CP x TP of them."""
+        """Trainer ranks as Ray actors: one per rank of ``layout``."""
 
-        dp: Annotated[int, Ge(1)] = 1
-        """Data-parallel replicas."""
-        cp: Annotated[int, Ge(1)] = 1
-        """Context-parallel ranks per replica."""
-        tp: Annotated[int, Ge(1)] = 1
-        """Tensor-parallel ranks (with sequence parallelism)."""
+        layout: Layout = field(default_factory=Layout)
+        """The ranks as DP x CP x TP (and sequence parallelism): the one description of the mesh,
+        which every rank's process groups and token windows come from (``--set trainer.layout.dp=2``)."""
         trainer: Trainer.Config = field(default_factory=Trainer.Config)
         """What every rank runs."""
         cpus_per_worker: Annotated[float, Gt(0)] = 1.0
@@ -106,21 +110,27 @@ class TrainerGroup:
         gpus_per_worker: Annotated[float, Ge(0)] = 0.0
         """Ray GPUs each rank reserves (0 on CPU machines)."""
 
-        @property
-        def layout(self) -> Layout:
-            return Layout(self.dp, self.cp, self.tp)
+        def check(self) -> None:
+            if self.layout.tp > 1 and not self.layout.sequence_parallel:
+                raise ConfigError(
+                    "layout.sequence_parallel",
+                    self.layout.sequence_parallel,
+                    f"True, since tp = {self.layout.tp} > 1: the trainer runs tensor parallelism only"
+                    " with sequence parallelism",
+                )
 
-        def build(self, *, store_config: Any) -> TrainerGroup:
-            return TrainerGroup(self, store_config)
+        def build(self, *, model_path: str, store_config: Any) -> TrainerGroup:
+            """``model_path``: the checkpoint folder every rank loads (the policy's, or a checkpoint's ``hf/``)."""
+            return TrainerGroup(self, model_path=model_path, store_config=store_config)
 
-    def __init__(self, config: TrainerGroup.Config, store_config: Any) -> None:
+    def __init__(self, config: TrainerGroup.Config, *, model_path: str, store_config: Any) -> None:
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.config = config
         layout = config.layout
-        encoder = config.trainer.resolved_encoder()  # here: the ranks cannot see a recipe's registration
+        encoder = config.trainer.resolved_encoder(model_path)  # here: the ranks cannot see a recipe's registration
         bundle = {"CPU": config.cpus_per_worker, **({"GPU": config.gpus_per_worker} if config.gpus_per_worker else {})}
         self._pg = placement_group([bundle] * layout.world_size, strategy="PACK")
         ray.get(self._pg.ready(), timeout=300)
@@ -134,7 +144,9 @@ class TrainerGroup:
             for rank in range(layout.world_size)
         ]
         address, port = ray.get(self.workers[0].rendezvous.remote())
-        setups = [w.setup.remote(address, port, layout, config.trainer, store_config, encoder) for w in self.workers]
+        setups = [
+            w.setup.remote(address, port, layout, config.trainer, model_path, store_config, encoder) for w in self.workers
+        ]
         self.parameters = ray.get(setups)[0]
 
     def step(self, metas: list[SeqMeta]) -> dict[str, float]:

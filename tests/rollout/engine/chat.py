@@ -63,7 +63,7 @@ def run_core(path: Path, body: Callable[[EngineCore], Awaitable[Any]], **config:
     """Run ``body(core)`` on a fresh in-process engine inside its own event loop."""
 
     async def main() -> Any:
-        core = EngineCore(EmbeddedEngine.Config(model_path=str(path), **config))
+        core = EngineCore(EmbeddedEngine.Config(**config), str(path))
         try:
             return await body(core)
         finally:

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.ray
 
 def test_actor_batches_updates_and_restarts_empty(ray_session, tiny_path, processor):
     ray = ray_session
-    config = validate(EmbeddedEngine.Config(model_path=str(tiny_path), batch_wait_ms=100, cpus=0, torch_threads=2))
-    engine, restarted = config.build(), config.build()  # the second stands in for a restart
+    config = validate(EmbeddedEngine.Config(batch_wait_ms=100, cpus=0, torch_threads=2))
+    engine, restarted = (config.build(model_path=str(tiny_path)) for _ in range(2))  # the second stands in for a restart
     shot = screen(320, 240, 50)
     prompt = user_turn(processor, "click OK", [shot])
 
@@ -43,4 +43,4 @@ def test_actor_batches_updates_and_restarts_empty(ray_session, tiny_path, proces
 
 def test_config_needs_room_for_control_calls():
     with pytest.raises(ConfigError, match="max_concurrency"):
-        validate(EmbeddedEngine.Config(model_path="m", max_batch=8, max_concurrency=8))
+        validate(EmbeddedEngine.Config(max_batch=8, max_concurrency=8))

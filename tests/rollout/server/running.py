@@ -18,8 +18,8 @@ from vlrl.rollout.server import OpenAIServer
 
 class RunningServer:
     def __init__(self, model_path: str, *, engine: dict[str, Any] | None = None, **config: Any) -> None:
-        engine_config = EmbeddedEngine.Config(model_path=str(model_path), **(engine or {}))
-        self._config = validate(OpenAIServer.Config(engine=engine_config, port=0, **config))
+        engine_config = EmbeddedEngine.Config(**(engine or {}))
+        self._config = validate(OpenAIServer.Config(model_path=str(model_path), engine=engine_config, port=0, **config))
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="test-server", daemon=True)
         self._thread.start()

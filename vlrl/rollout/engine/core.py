@@ -70,15 +70,16 @@ class _Counters:
 
 
 class EngineCore:
-    def __init__(self, config: EmbeddedEngine.Config, encoder: ResolvedEncoder | None = None) -> None:
-        """``encoder``: ``config.encoder`` as the driver resolved it (None: resolve it here)."""
+    def __init__(self, config: EmbeddedEngine.Config, model_path: str, encoder: ResolvedEncoder | None = None) -> None:
+        """``model_path``: the Qwen2-VL checkpoint folder served. ``encoder``: ``config.encoder``
+        as the driver resolved it (None: resolve it here)."""
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         self._config = config
-        processor = AutoProcessor.from_pretrained(config.model_path)
+        processor = AutoProcessor.from_pretrained(model_path)
         if encoder is None and config.encoder is not None:
-            encoder = config.resolved_encoder()
-        plug_in = encoder.build(config.model_path) if encoder is not None else None
+            encoder = config.resolved_encoder(model_path)
+        plug_in = encoder.build(model_path) if encoder is not None else None
         self._preprocess_image = (
             partial(preprocess, processor.image_processor)
             if plug_in is None
@@ -87,7 +88,7 @@ class EngineCore:
         tokenizer = processor.tokenizer
         stops = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")} - {None, tokenizer.unk_token_id}
         self._runner = ModelRunner.load(
-            config.model_path,
+            model_path,
             dtype=getattr(torch, config.dtype),
             device=config.device,
             stop_token_ids=frozenset(stops),

@@ -27,9 +27,6 @@ class EmbeddedEngine:
     class Config:
         """An in-process Hugging Face engine replica (no vLLM): for CPU runs, tests and small models."""
 
-        model_path: Annotated[str, NonEmpty()]
-        """Local folder of a Qwen2-VL checkpoint (model and processor, as ``save_pretrained`` writes them)."""
-
         max_batch: Annotated[int, Ge(1)] = 8
         """Requests decoded together in one batch."""
 
@@ -79,15 +76,17 @@ class EmbeddedEngine:
                     f"more than max_batch ({self.max_batch}), to leave room for control calls",
                 )
 
-        def resolved_encoder(self) -> ResolvedEncoder | None:
+        def resolved_encoder(self, model_path: str) -> ResolvedEncoder | None:
             """``encoder`` resolved and checked against ``model_path``'s patch rule and width, in
             this process (where a recipe registered it); None for the checkpoint's tower."""
-            return None if self.encoder is None else self.encoder.resolve_for(self.model_path)
+            return None if self.encoder is None else self.encoder.resolve_for(model_path)
 
-        def build(self) -> Any:
-            """Start the actor; returns its Ray handle (call ``.generate.remote(request)`` and so on).
-            A plug-in encoder is resolved and checked first, so a bad one fails before any actor."""
-            encoder = self.resolved_encoder()
+        def build(self, *, model_path: str) -> Any:
+            """Start the actor serving the checkpoint folder ``model_path`` (model and processor, as
+            ``save_pretrained`` writes them: the job's policy); returns its Ray handle (call
+            ``.generate.remote(request)`` and so on). A plug-in encoder is resolved and checked
+            first, so a bad one fails before any actor."""
+            encoder = self.resolved_encoder(model_path)
             if not ray.is_initialized():
                 raise RuntimeError("EmbeddedEngine needs a running Ray: call ray.init() first")
             return (
@@ -98,14 +97,14 @@ class EmbeddedEngine:
                     num_gpus=self.gpus,
                     max_restarts=self.max_restarts,
                 )
-                .remote(self, encoder)
+                .remote(self, model_path, encoder)
             )
 
     # Every method but __init__ is async, so Ray runs it on the event loop: the one thread that owns the
     # core's queues and caches.
 
-    def __init__(self, config: EmbeddedEngine.Config, encoder: ResolvedEncoder | None = None) -> None:
-        self._core = EngineCore(config, encoder)
+    def __init__(self, config: EmbeddedEngine.Config, model_path: str, encoder: ResolvedEncoder | None = None) -> None:
+        self._core = EngineCore(config, model_path, encoder)
 
     async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss:
         return await self._core.generate(request)

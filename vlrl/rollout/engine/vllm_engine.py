@@ -64,9 +64,6 @@ class VLLMEngine:
     class Config:
         """A vLLM engine replica on GPUs: the training job's inference backend on GPU nodes."""
 
-        model_path: Annotated[str, NonEmpty()]
-        """Local folder of a Qwen2-VL checkpoint (model and processor, as ``save_pretrained`` writes them)."""
-
         tensor_parallel_size: Annotated[int, Ge(1)] = 1
         """GPUs one replica shards the model over (vLLM's own worker processes, on the actor's node)."""
 
@@ -138,7 +135,7 @@ class VLLMEngine:
                     self.max_concurrency,
                     f"more than max_num_seqs ({self.max_num_seqs}), to leave room for control calls",
                 )
-            taken = sorted(set(self.engine_args) & set(engine_args(self)))
+            taken = sorted(set(self.engine_args) & set(engine_args(self, model_path="")))
             if taken:
                 raise ConfigError(
                     "engine_args",
@@ -146,9 +143,11 @@ class VLLMEngine:
                     f"no key that VLLMEngine sets itself ({', '.join(taken)}): use the Config field, or leave it",
                 )
 
-        def build(self) -> Any:
-            """Start the actor; returns its Ray handle. vLLM is needed where the actor runs (a GPU
-            node), not here: without it the actor fails to start with ``MISSING_VLLM``."""
+        def build(self, *, model_path: str) -> Any:
+            """Start the actor serving the checkpoint folder ``model_path`` (model and processor, as
+            ``save_pretrained`` writes them: the job's policy); returns its Ray handle. vLLM is
+            needed where the actor runs (a GPU node), not here: without it the actor fails to start
+            with ``MISSING_VLLM``."""
             if not ray.is_initialized():
                 raise RuntimeError("VLLMEngine needs a running Ray: call ray.init() first")
             return (
@@ -159,13 +158,13 @@ class VLLMEngine:
                     num_gpus=self.gpus,
                     max_restarts=self.max_restarts,
                 )
-                .remote(self)
+                .remote(self, model_path)
             )
 
     # Every method but __init__ is async, so Ray runs it on the event loop that also runs AsyncLLM's
     # output handler and owns the counters below.
 
-    def __init__(self, config: VLLMEngine.Config) -> None:
+    def __init__(self, config: VLLMEngine.Config, model_path: str) -> None:
         require_vllm()
         from transformers import AutoConfig, AutoProcessor
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -174,8 +173,8 @@ class VLLMEngine:
         from vlrl.mm import patch_rule_of
 
         self._config = config
-        model_config = AutoConfig.from_pretrained(config.model_path)
-        processor = AutoProcessor.from_pretrained(config.model_path)
+        model_config = AutoConfig.from_pretrained(model_path)
+        processor = AutoProcessor.from_pretrained(model_path)
         tokenizer = processor.tokenizer
         self._rule = patch_rule_of(processor)
         self._image_token_id = model_config.image_token_id
@@ -186,7 +185,8 @@ class VLLMEngine:
         placeholders = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
         self._banned = [i for i in (getattr(model_config, name, None) for name in placeholders) if i is not None]
         self._dtype = None if config.dtype == "auto" else getattr(torch, config.dtype)
-        self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args(config), **config.engine_args))
+        args = AsyncEngineArgs(**engine_args(config, model_path=model_path), **config.engine_args)
+        self._engine = AsyncLLM.from_engine_args(args)
         self._pixels = PixelCache(int(config.image_cache_mb * 2**20))
         self._ids = itertools.count()
         self._version = 0
@@ -311,8 +311,9 @@ class VLLMEngine:
         await self._engine.reset_encoder_cache()
 
 
-def engine_args(config: VLLMEngine.Config) -> dict[str, Any]:
-    """The ``vllm.AsyncEngineArgs`` fields ``config`` sets (``engine_args`` adds the rest).
+def engine_args(config: VLLMEngine.Config, *, model_path: str) -> dict[str, Any]:
+    """The ``vllm.AsyncEngineArgs`` fields ``config`` sets for the checkpoint ``model_path``
+    (``engine_args`` adds the rest).
 
     Fixed choices: raw logprobs (``log_softmax`` of the model's logits before temperature, top-p
     or biases: the behaviour policy's ``log pi(a|s)``, as ``EmbeddedEngine`` reports); vLLM's own
@@ -321,7 +322,7 @@ def engine_args(config: VLLMEngine.Config) -> dict[str, Any]:
     this actor, on the GPUs it reserved (a Ray executor would ask Ray for GPUs the actor holds).
     """
     return {
-        "model": config.model_path,
+        "model": model_path,
         "tensor_parallel_size": config.tensor_parallel_size,
         "distributed_executor_backend": "mp" if config.tensor_parallel_size > 1 else "uni",
         "gpu_memory_utilization": config.gpu_memory_utilization,

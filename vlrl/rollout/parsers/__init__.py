@@ -7,17 +7,14 @@ hand-written tokenizer that accepts literals only. Anything else raises ``ParseE
 
 from __future__ import annotations
 
-from typing import Literal
-
 from vlrl.harness import Action
+from vlrl.records import ActionFormat
 from vlrl.rollout.parsers.base import MAX_OUTPUT_CHARS, ParseError, Parser, ScreenMap
 from vlrl.rollout.parsers.pyautogui_subset import PyAutoGUIParser
 from vlrl.rollout.parsers.qwen import QwenParser
 from vlrl.rollout.parsers.uitars import UITarsParser
 
-ActionFormat = Literal["qwen25vl", "qwen3vl", "uitars", "pyautogui"]
-
-PARSERS: dict[str, Parser] = {
+PARSERS: dict[ActionFormat, Parser] = {
     "qwen25vl": QwenParser(normalised=False),
     "qwen3vl": QwenParser(normalised=True),
     "uitars": UITarsParser(),
@@ -36,7 +33,6 @@ def parse_action(text: str, format: ActionFormat, screen: ScreenMap) -> Action:
 __all__ = [
     "MAX_OUTPUT_CHARS",
     "PARSERS",
-    "ActionFormat",
     "ParseError",
     "Parser",
     "PyAutoGUIParser",

@@ -23,7 +23,7 @@ import signal
 import sys
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 import numpy as np
@@ -52,8 +52,13 @@ class OpenAIServer:
     class Config:
         """`vlrl serve`: one in-process engine replica behind an OpenAI-compatible HTTP API."""
 
-        engine: EmbeddedEngine.Config
-        """The engine (its Ray-only fields, cpus, gpus and max_concurrency, are unused here)."""
+        model_path: Annotated[str, NonEmpty()]
+        """Local folder of the Qwen2-VL checkpoint served (model and processor, as
+        ``save_pretrained`` writes them): ``vlrl serve --model PATH``."""
+
+        engine: EmbeddedEngine.Config = field(default_factory=EmbeddedEngine.Config)
+        """The engine serving ``model_path`` (its Ray-only fields, cpus, gpus and max_concurrency,
+        are unused here)."""
 
         host: Annotated[str, NonEmpty()] = "127.0.0.1"
         """Address to listen on; loopback by default, so nothing off the machine can reach it."""
@@ -94,12 +99,12 @@ class OpenAIServer:
 
     def __init__(self, config: OpenAIServer.Config) -> None:
         self._config = config
-        self.model_name = config.served_model_name or config.engine.model_path
-        processor = AutoProcessor.from_pretrained(config.engine.model_path)
+        self.model_name = config.served_model_name or config.model_path
+        processor = AutoProcessor.from_pretrained(config.model_path)
         self._template = ChatTemplate(processor)
         self._max_model_len = config.max_model_len or int(processor.tokenizer.model_max_length)
         self._max_bytes = int(config.max_request_mb * 2**20)
-        self._core = EngineCore(config.engine)
+        self._core = EngineCore(config.engine, config.model_path)
         self._images = ImageResolver(
             max_pixels=config.max_image_pixels,
             max_bytes=self._max_bytes,
@@ -202,7 +207,7 @@ class OpenAIServer:
             "object": "model",
             "created": 0,
             "owned_by": "vlrl",
-            "root": self._config.engine.model_path,
+            "root": self._config.model_path,
             "max_model_len": self._max_model_len,
         }
         return web.json_response({"object": "list", "data": [model]})

@@ -1,9 +1,9 @@
 """``SeqMeta``: the small record of one stored sequence, all the driver ever sees of it.
 
-The payload (token ids, logprobs, loss mask, and fields written later such as advantages) lives
-in the store under ``key``; images live once per content hash under their own keys and appear
-here only as ``MMItemMeta``. No arrays: the driver's memory grows with the number of sequences,
-not with their length or their pixels.
+The payload (``fields.ROLLOUT_FIELDS``, and fields written later such as advantages) lives in the
+store under ``key``; images live once per content hash under their own keys and appear here only
+as ``MMItemMeta``. No arrays: the driver's memory grows with the number of sequences, not with
+their length or their pixels.
 """
 
 from __future__ import annotations
@@ -12,30 +12,36 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from vlrl.mm import MMItemMeta
+from vlrl.records.image import MMItemMeta
 
-PAYLOAD_FIELDS = ("token_ids", "logprobs", "loss_mask")
-"""Fields every sequence payload has: int32 ids, float32 sampling logprobs (0 on prompt tokens),
-bool loss mask (True on tokens the policy generated)."""
-
-EXTRA_PREFIX = "extra/"
-"""Prefix of optional per-token fields an engine reported (MoE routing, top-p indices)."""
-
-Finish = Literal["done", "max_turns", "truncated", "error"]
+Finish = Literal["done", "max_turns", "truncated"]
+"""Why an episode ended: the harness said done (terminated), the Agent Loop ran out of turns,
+or the harness truncated it (its step limit). A failed episode has no SeqMeta: it is a counted
+tenant outcome instead."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SeqMeta:
     key: str
+    """Store key of the sequence's payload."""
     group_id: str
+    """The group it belongs to: the trajectories of one task under one source."""
     source: str
+    """Name of the data source it was rolled out for."""
     sample_index: int
+    """Index of its trajectory within the group."""
     reward: float
+    """Episode reward (after a grader rewrote it, if one ran); finite."""
     success: bool
+    """Whether the harness judged the task solved."""
     finish: Finish
+    """Why the episode ended."""
     turns: int
+    """Requests to the policy this sequence holds."""
     num_tokens: int
+    """Tokens of the whole sequence, prompt included: the length of every per-token field."""
     num_response_tokens: int
+    """Tokens the policy generated (``loss_mask`` true)."""
     context_lengths: tuple[int, ...]
     """Context length (tokens) at each request to the policy, in order."""
     policy_version: int

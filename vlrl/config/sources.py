@@ -1,0 +1,99 @@
+"""A data source binds three separately configured things, one of each:
+
+- the harness codebase (which package runs the environment, and so which env pool),
+- the agent behaviour (prompt template, action format, turns, sampling),
+- the environment settings (resolution, task families, task parameters).
+
+Every group of a source shares one configuration, as group-relative advantages require; several
+sources (codebases, behaviours, settings) mix in one run, each contributing its batch share.
+That the codebase is registered and has an env pool is checked where the pool is configured
+(``pool.sources.check_sources_have_pools``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from vlrl.config.schema import Ge, Gt, Le, NonEmpty
+from vlrl.records import ActionFormat
+
+
+@dataclass(kw_only=True, slots=True)
+class EnvSettings:
+    """How each harness instance of the source is built; unset fields keep the harness defaults."""
+
+    width: Annotated[int, Ge(64)] | None = None
+    """Screen width in pixels."""
+
+    height: Annotated[int, Ge(64)] | None = None
+    """Screen height in pixels."""
+
+    tasks: list[str] | None = None
+    """Task families to draw from (None: all of the harness's families)."""
+
+    max_steps: Annotated[int, Ge(1)] | None = None
+    """Harness step limit per episode (then truncated)."""
+
+    params: dict[str, int | float | str | bool] = field(default_factory=dict)
+    """Further harness-specific settings, passed to the harness constructor as keywords."""
+
+    def as_kwargs(self) -> dict[str, Any]:
+        named = {"width": self.width, "height": self.height, "max_steps": self.max_steps}
+        kwargs: dict[str, Any] = {k: v for k, v in named.items() if v is not None}
+        if self.tasks is not None:
+            kwargs["tasks"] = tuple(self.tasks)
+        return {**kwargs, **self.params}
+
+
+@dataclass(kw_only=True, slots=True)
+class AgentBehaviour:
+    """How the Agent Loop talks to the policy and turns its text into actions."""
+
+    prompt_template: Annotated[str, NonEmpty()] = "gui-agent"
+    """Name of the chat prompt template that frames goal, history and screenshot."""
+
+    action_format: ActionFormat = "qwen25vl"
+    """Action grammar the policy writes and the strict parser accepts."""
+
+    max_turns: Annotated[int, Ge(1)] = 10
+    """Turns (requests to the policy) per episode."""
+
+    history_images: Annotated[int, Ge(1)] | None = None
+    """Screenshots kept in the prompt: the last k (older turns keep their text and answers), or
+    None for all. With a window, each turn after the k-th starts a new training sequence."""
+
+    temperature: Annotated[float, Ge(0)] = 1.0
+    """Sampling temperature."""
+
+    top_p: Annotated[float, Gt(0), Le(1)] = 1.0
+    """Nucleus sampling mass."""
+
+    max_tokens: Annotated[int, Ge(1)] = 64
+    """Tokens the policy may generate per turn."""
+
+    format_penalty: Annotated[float, Ge(0)] = 0.1
+    """Subtracted from the episode reward for each reply that is not a well-formed action."""
+
+
+@dataclass(kw_only=True, slots=True)
+class DataSource:
+    """Tasks of one harness codebase under one agent behaviour and one env settings."""
+
+    name: Annotated[str, NonEmpty()] = "desktop"
+    """Name in metrics and per-source batch shares."""
+
+    codebase: Annotated[str, NonEmpty()] = "desktop"
+    """Registered harness codebase id; its env pool runs this source's instances."""
+
+    agent: AgentBehaviour = field(default_factory=AgentBehaviour)
+    """Agent behaviour shared by every group of this source."""
+
+    env: EnvSettings = field(default_factory=EnvSettings)
+    """Environment settings shared by every group of this source."""
+
+    batch_share: Annotated[float, Gt(0)] = 1.0
+    """Relative share of every training batch this source contributes."""
+
+    group_size: Annotated[int, Ge(1)] = 8
+    """Trajectories per task (a group) for group-relative advantages."""
