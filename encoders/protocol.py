@@ -5,6 +5,11 @@ must answer ``cost`` and ``num_tokens`` without pixels; the rank that owns an it
 pixels, ``preprocess``es them, ``collate``s its items and runs ``forward`` once. The rows of
 ``forward`` are the embeddings the LLM's image placeholder tokens take, image after image, so
 ``num_tokens`` must equal each image's row count exactly (``registry.check_encoder`` verifies it).
+
+An encoder may give several feature levels per token, side by side in one row (Qwen3-VL's
+DeepStack: features of inner tower layers that the LLM adds after its first decoder layers).
+Keeping them in one ``(tokens, hidden_size * feature_levels)`` tensor lets planning, pixel fetch
+and the all-to-all carry every level unchanged, and one backward returns every level's gradient.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ class EncoderBatch:
 
 
 class VisionEncoder(nn.Module, abc.ABC):
-    """A trainable image encoder: ``forward(batch) -> (sum num_tokens, hidden_size)``."""
+    """A trainable image encoder: ``forward(batch) -> (sum num_tokens, hidden_size * feature_levels)``."""
 
     name: ClassVar[str]
     """Short id used in errors and as the default registry name."""
@@ -72,7 +77,16 @@ class VisionEncoder(nn.Module, abc.ABC):
     """Fields of a small instance that the registration check builds (fast on a CPU)."""
 
     hidden_size: int
-    """Width of each output row (the LLM's embedding size after any projection)."""
+    """Width of each feature level (the LLM's embedding size after any projection)."""
+    feature_levels: int = 1
+    """Blocks of ``H = hidden_size`` columns per row: columns ``[:H]`` are the embedding spliced at
+    the image tokens; DeepStack level ``k`` (columns ``[(k+1)H, (k+2)H)``) is added to the LLM's
+    hidden states at those tokens right after decoder layer ``k``."""
+
+    @property
+    def row_width(self) -> int:
+        """Columns of each ``forward`` row, every feature level side by side."""
+        return self.hidden_size * self.feature_levels
 
     @abc.abstractmethod
     def cost(self, item: MMItemMeta) -> float:
@@ -88,7 +102,8 @@ class VisionEncoder(nn.Module, abc.ABC):
 
     @abc.abstractmethod
     def forward(self, batch: EncoderBatch) -> torch.Tensor:
-        """``(sum num_tokens, hidden_size)``: the rows of every image of ``batch``, in order."""
+        """``(sum num_tokens, hidden_size * feature_levels)``: the rows of every image of
+        ``batch``, in order."""
 
     def collate(self, inputs: Sequence[EncoderInput]) -> EncoderBatch:
         """Stack same-shaped inputs; patch-sequence encoders concatenate instead."""

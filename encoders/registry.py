@@ -48,6 +48,8 @@ def _check_instance(spec: PluginSpec, factory: Factory) -> VisionEncoder:
 
 BUILTINS = {
     "qwen2vl": "encoders.qwen2vl:Qwen2VLEncoder",
+    "qwen2_5vl": "encoders.qwen2_5vl:Qwen25VLEncoder",
+    "qwen3vl": "encoders.qwen3vl:Qwen3VLEncoder",
     "siglip": "encoders.siglip:SiglipEncoder",
     "torchvision": "encoders.torchvision_backbone:TorchvisionEncoder",
 }
@@ -106,7 +108,7 @@ def contract(encoder: VisionEncoder, images: Sequence[np.ndarray] | None = None)
     """Check the rules in turn on ``images`` (default: ``CHECK_SIZES``), yielding each rule's name
     once it passed; raise ``ContractError`` at the first broken one.
 
-    Rules: each image's forward rows have width ``hidden_size`` ('output shape'), number
+    Rules: each image's forward rows have width ``hidden_size * feature_levels`` ('output shape'), number
     ``num_tokens`` ('num_tokens') and are finite ('finite output'); ``cost`` is finite and positive
     ('cost') and never smaller for a larger image ('cost monotone'); two eval-mode forwards of one
     batch agree ('deterministic'); a batch gives its images' rows in order ('batch order');
@@ -149,12 +151,17 @@ def _on(meta: MMItemMeta) -> str:
 
 
 def _check_one(encoder: VisionEncoder, pixels: np.ndarray, meta: MMItemMeta) -> torch.Tensor:
+    levels = encoder.feature_levels
+    if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
+        raise ContractError("output shape", f"feature_levels is {levels!r}; expected an int >= 1")
     expected = encoder.num_tokens(meta)
     out = encoder(encoder.collate([encoder.preprocess(pixels)]))
-    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[1] != encoder.hidden_size:
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[1] != encoder.row_width:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ContractError(
-            "output shape", f"forward gave {shape} {_on(meta)}; expected (n_tokens, {encoder.hidden_size})"
+            "output shape",
+            f"forward gave {shape} {_on(meta)}; expected (n_tokens, {encoder.row_width}):"
+            f" hidden_size {encoder.hidden_size} x feature_levels {levels}",
         )
     if out.shape[0] != expected:
         raise ContractError(

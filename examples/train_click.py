@@ -20,7 +20,8 @@ from vlrl.control.driver import Driver
 from vlrl.control.group_hook import GroupHook
 from vlrl.job.demos import WarmStart
 from vlrl.job.evaluate import Evaluation
-from vlrl.job.train_job import TinyModel, TrainJob
+from vlrl.job.train_job import TrainJob
+from vlrl.models import TinyModel
 from vlrl.pack import MicroBatchPlanner
 from vlrl.pool import HarnessPool, HostBudget
 from vlrl.rollout.engine import EmbeddedEngine

@@ -31,8 +31,9 @@ from encoders import registry
 from encoders.protocol import EncoderBatch, EncoderInput, VisionEncoder
 from encoders.spec import EncoderSpec
 from vlrl.config import Ge, load_recipe
-from vlrl.job.train_job import TinyModel, TrainJob
+from vlrl.job.train_job import TrainJob
 from vlrl.mm import PatchRule
+from vlrl.models import TinyModel
 from vlrl.records import MMItemMeta
 
 CLICK = Path(__file__).with_name("train_click.py")

@@ -34,9 +34,9 @@ def ray_session():
 @pytest.fixture(scope="session")
 def tiny_path(tmp_path_factory):
     """One tiny Qwen2-VL checkpoint per test session, built offline in seconds."""
-    from vlrl.rollout.tiny_model import build_tiny_qwen2vl
+    from vlrl.models import build_tiny
 
-    return build_tiny_qwen2vl(tmp_path_factory.mktemp("tiny-qwen2vl"))
+    return build_tiny("qwen2_vl", tmp_path_factory.mktemp("tiny-qwen2vl"))
 
 
 @pytest.fixture(scope="session")

@@ -29,9 +29,9 @@ import torch
 from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
 from vlrl.mm import content_hash
+from vlrl.models import build_tiny
 from vlrl.rollout.engine import VLLMEngine
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ImagePart, SamplingParams, ScoreResult
-from vlrl.rollout.tiny_model import build_tiny_qwen2vl
 
 failures: list[str] = []
 
@@ -144,7 +144,7 @@ def main() -> int:
     ray.init(num_gpus=1, include_dashboard=False)
     try:
         with tempfile.TemporaryDirectory() as folder:
-            model_path = args.model or build_tiny_qwen2vl(Path(folder) / "tiny", rope_theta=10.0)
+            model_path = args.model or build_tiny("qwen2_vl", Path(folder) / "tiny", rope_theta=10.0)
             check(model_path, args)
     finally:
         ray.shutdown()

@@ -43,12 +43,12 @@ def test_a_folder_without_a_checkpoint_is_refused_by_field(tmp_path):
 
 
 def test_a_teacher_with_another_vocabulary_is_refused(tiny_path, tmp_path):
-    from vlrl.rollout.tiny_model import build_tiny_qwen2vl
+    from vlrl.models import build_tiny
 
     same = tmp_path / "same"
     shutil.copytree(tiny_path, same)
     check_same_tokenizer(tiny_path, same)
-    other = build_tiny_qwen2vl(tmp_path / "other", vocab_size=400)
+    other = build_tiny("qwen2_vl", tmp_path / "other", vocab_size=400)
     with pytest.raises(ConfigError, match="'teacher.model_path'.*policy's tokenizer"):
         check_same_tokenizer(tiny_path, other)
 

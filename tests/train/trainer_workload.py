@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
+from transformers import AutoProcessor
 
 from tests.records import seq_meta
 from vlrl.mm import patch_rule_of, store_image
+from vlrl.models import family_of
 from vlrl.records import PIXELS, SeqMeta
 from vlrl.store import LocalStore, PayloadStore
 from vlrl.train.loss import Normaliser, PolicyLoss, token_logprobs_and_entropy
@@ -42,7 +43,7 @@ class Workload:
 
 def make_workload(model_path, *, groups: int = 2, members: int = 3, seed: int = 0) -> Workload:
     processor = AutoProcessor.from_pretrained(model_path)
-    model = Qwen2VLForConditionalGeneration.from_pretrained(model_path, dtype=torch.float64)
+    model = family_of(model_path).load(model_path, dtype=torch.float64)
     rule = patch_rule_of(processor)
     tok = processor.tokenizer.convert_tokens_to_ids
     image_id, start_id, end_id = tok("<|image_pad|>"), tok("<|vision_start|>"), tok("<|vision_end|>")
@@ -112,7 +113,7 @@ def reference_step(
     """Loss, every parameter's gradient, and the weights after clipping and one AdamW step, each
     sequence forwarded on its own."""
     processor = AutoProcessor.from_pretrained(model_path)
-    model = Qwen2VLForConditionalGeneration.from_pretrained(model_path, dtype=torch.float64)
+    model = family_of(model_path).load(model_path, dtype=torch.float64)
     loss_fn = loss_config.build()
     counts = [int(work.rows[m.key]["loss_mask"][1:].sum()) for m in work.metas]
     normaliser = Normaliser(tokens=sum(counts), sequences=sum(n > 0 for n in counts))

@@ -103,13 +103,13 @@ def measure_rollout(turns: int, trajectories: int, images: list[ContextImage]) -
     from transformers import AutoProcessor
 
     from vlrl.mm import patch_rule_of
+    from vlrl.models import build_tiny
     from vlrl.rollout.chat import ChatFormat
     from vlrl.rollout.engine import EmbeddedEngine
     from vlrl.rollout.ray_endpoint import RayEndpoint
-    from vlrl.rollout.tiny_model import build_tiny_qwen2vl
 
     with tempfile.TemporaryDirectory() as folder:
-        path = build_tiny_qwen2vl(folder)
+        path = build_tiny("qwen2_vl", folder)
         processor = AutoProcessor.from_pretrained(path)
         chat = ChatFormat(processor.tokenizer, patch_rule_of(processor), "gui-agent", "Answer with one action.")
         results = {}

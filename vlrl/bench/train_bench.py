@@ -12,7 +12,7 @@ with the loss mask on the responses. Members of a group share their device and t
 screenshot (the task's start screen, stored once). Rollout logprobs sit near the random model's
 ``-log V`` so the ratios are near 1; advantages are the group-normalised rewards.
 
-Model (``build_model``): the tiny model's tokenizer and processor (``build_tiny_qwen2vl``) under
+Model (``build_model``): the tiny model's tokenizer and processor (``vlrl.models.build_tiny``) under
 a larger randomly initialised Qwen2-VL (``ModelSpec``: hidden 256, 4 layers, 8 heads / 4 KV
 heads), so layer compute, not Python overhead, is most of a step.
 
@@ -144,10 +144,10 @@ def build_model(path: str | Path, spec: ModelSpec) -> Path:
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
     from transformers.utils import logging
 
-    from vlrl.rollout.tiny_model import build_tiny_qwen2vl
+    from vlrl.models import build_tiny
 
     logging.disable_progress_bar()
-    path = build_tiny_qwen2vl(path, seed=spec.seed)
+    path = build_tiny("qwen2_vl", path, seed=spec.seed)
     tiny = Qwen2VLConfig.from_pretrained(path)
     text = tiny.text_config
     half = spec.hidden // spec.heads // 2  # M-RoPE sections (t, h, w) sum to head_dim / 2, as Qwen2-VL's 16/24/24

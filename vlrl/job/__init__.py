@@ -3,6 +3,6 @@ metrics (JSONL and TensorBoard), held-out evaluation with annotated episodes, an
 
 from vlrl.job.demos import WarmStart
 from vlrl.job.evaluate import Evaluation
-from vlrl.job.train_job import TinyModel, TrainJob
+from vlrl.job.train_job import TrainJob
 
-__all__ = ["Evaluation", "TinyModel", "TrainJob", "WarmStart"]
+__all__ = ["Evaluation", "TrainJob", "WarmStart"]

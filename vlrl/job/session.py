@@ -22,6 +22,7 @@ from vlrl.job.metrics_log import METRICS_FILE, TB_DIR, MetricsLog
 from vlrl.job.plots import EPISODES_DIR, PLOTS_DIR
 from vlrl.job.progress import Progress
 from vlrl.job.run_folder import CHECKPOINTS, STATE_FILE, SUMMARY_FILE, newest_checkpoint
+from vlrl.models import family_of
 from vlrl.records import SeqMeta
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY
@@ -69,6 +70,8 @@ class JobSession:
             self._clear()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model_path = self._model()
+        self.family = family_of(self.model_path)
+        """The policy's model family (the summary's ``model_family``)."""
         processor = AutoProcessor.from_pretrained(self.model_path)
         self.annotator = Annotator(processor.tokenizer, patch_rule_of(processor))
         self.log = MetricsLog(self.run_dir, tensorboard=config.tensorboard)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from vlrl.config import ConfigError, Ge, Gt, NonEmpty
+from vlrl.config import ConfigError, Ge, NonEmpty
 from vlrl.control.driver import Driver
 from vlrl.control.teacher import TeacherScorer
 from vlrl.job.action_text import FORMATS
@@ -51,42 +51,10 @@ from vlrl.train.loss import PolicyLoss
 from vlrl.train.trainer_group import TrainerGroup
 
 
-@dataclass(kw_only=True, slots=True)
-class TinyModel:
-    """How ``model_path='tiny'`` is built: an untrained tiny Qwen2-VL, offline (``rollout.tiny_model``)."""
-
-    seed: Annotated[int, Ge(0)] = 0
-    """Seed of the random initial weights."""
-
-    min_pixels: Annotated[int, Ge(28 * 28)] = 56 * 56
-    """Smallest image area the processor resizes a screenshot to."""
-
-    max_pixels: Annotated[int, Ge(28 * 28)] = 224 * 224
-    """Largest image area the processor resizes a screenshot to (fewer image tokens below it)."""
-
-    rope_theta: Annotated[float, Gt(0)] = 1e6
-    """Base of the language model's M-RoPE (1e6 is Qwen2-VL's). With the tiny head size of 16, a
-    base of 1e6 turns the width section of M-RoPE by about 1e-4 rad per column, so the LLM cannot
-    tell image columns apart; a small base (10) gives every section angles of order 0.1-1 rad per
-    position. The weights are random either way."""
-
-    def build(self, path: Path) -> Path:
-        from vlrl.rollout.tiny_model import build_tiny_qwen2vl
-
-        if path.exists():
-            shutil.rmtree(path)
-        return build_tiny_qwen2vl(
-            path, seed=self.seed, min_pixels=self.min_pixels, max_pixels=self.max_pixels, rope_theta=self.rope_theta
-        )
-
-
 class TrainJob:
     @dataclass(kw_only=True, slots=True)
     class Config(RolloutSide):
         """An end-to-end RL run: rollouts on the Harness Pool, training, weight sync, evaluation."""
-
-        tiny: TinyModel = field(default_factory=TinyModel)
-        """How the tiny model is built when ``model_path='tiny'``."""
 
         driver: Driver.Config = field(default_factory=Driver.Config)
         """Batch shares, staleness, rollout concurrency and the accept-time hook."""
@@ -407,6 +375,7 @@ def _summary(config: TrainJob.Config, state: RunState, s: JobSession, wall_s: fl
         "store_keys_left": s.store.stats().keys,
         "run_dir": str(s.run_dir),
         "model": config.model_path,
+        "model_family": s.family.name,
     }
 
 

@@ -49,7 +49,9 @@ class PolicyRollout:
         config = self.config
         started_ray = config.ray.ensure()
         with tempfile.TemporaryDirectory(prefix="vlrl-model-") as scratch:
-            model_path = _model_path(config.model_path, Path(scratch))
+            model_path = config.model_path
+            if model_path == TINY:
+                model_path = str(config.tiny.build(Path(scratch) / "tiny"))
             engines = [config.engine.build(model_path=model_path) for _ in range(config.replicas)]
             store = config.store.build()
             pool = config.pool.build(loop_setup=LoopSetup(model_path, tuple(engines), store, config.client))
@@ -90,13 +92,6 @@ class PolicyRollout:
                     owners.append(source.name)
         return asyncio.run(pool.run_many(jobs)), owners
 
-
-def _model_path(model_path: str, scratch: Path) -> str:
-    if model_path != TINY:
-        return model_path
-    from vlrl.rollout.tiny_model import build_tiny_qwen2vl
-
-    return str(build_tiny_qwen2vl(scratch / "tiny-qwen2vl"))
 
 
 def _summary(

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from vlrl.config import DataSource, Ge, NonEmpty
+from vlrl.config import ConfigError, DataSource, Ge, NonEmpty
+from vlrl.models import ModelFamilyError, TinyModel, family_of
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.ray_runtime import RayRuntime
 from vlrl.pool.sources import check_sources_have_pools
@@ -16,7 +17,7 @@ from vlrl.store.ray_store import RayStore
 from vlrl.store.transferqueue_store import TransferQueueStore
 
 TINY = "tiny"
-"""``model_path`` that builds an untrained tiny Qwen2-VL offline (``rollout.tiny_model``)."""
+"""``model_path`` that builds an untrained tiny model offline (``tiny``: ``models.TinyModel``)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -27,8 +28,12 @@ class RolloutSide:
     """The Ray cluster to run on (a local one by default; ``ray.address`` joins a cluster)."""
 
     model_path: Annotated[str, NonEmpty()] = TINY
-    """Qwen2-VL checkpoint folder of the policy, or 'tiny' to build an untrained tiny one offline:
-    the one place the policy's path is set (engines and trainer ranks are built with it)."""
+    """Checkpoint folder of the policy (any registered model family: ``vlrl.models``), or 'tiny'
+    to build an untrained tiny one offline: the one place the policy's path is set (engines and
+    trainer ranks are built with it). A folder is checked for its family before anything starts."""
+
+    tiny: TinyModel = field(default_factory=TinyModel)
+    """How the tiny model is built when ``model_path='tiny'`` (``tiny.family`` picks the family)."""
 
     replicas: Annotated[int, Ge(1)] = 1
     """Engine replicas serving the Agent Loops (behind every loop host's client)."""
@@ -52,4 +57,11 @@ class RolloutSide:
     """Data sources; each needs an env pool (a budget share) for its codebase."""
 
     def check(self) -> None:
+        if self.model_path != TINY:
+            try:
+                family_of(self.model_path)
+            except ModelFamilyError as error:
+                raise ConfigError(
+                    "model_path", self.model_path, "a checkpoint folder of a supported model family", hint=str(error)
+                ) from None
         check_sources_have_pools(self.sources, self.pool.budget.shares)

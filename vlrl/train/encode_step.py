@@ -169,11 +169,13 @@ class StepEncoder:
         batch = replace(batch, pixel_values=batch.pixel_values.to(device), grid_thw=batch.grid_thw.to(device))
         out = self.encoder(batch)
         expected = sum(batch.num_tokens)
-        if out.ndim != 2 or out.shape[0] != expected or out.shape[1] != self.encoder.hidden_size:
+        width = self.encoder.row_width  # hidden_size * feature_levels
+        if out.ndim != 2 or out.shape[0] != expected or out.shape[1] != width:
             raise EncoderError(
                 self.encoder.name,
                 f"rank {self.rank}: forward gave {tuple(out.shape)} for images"
-                f" {[m.content_hash[:12] for m in items]}; expected ({expected}, {self.encoder.hidden_size})",
+                f" {[m.content_hash[:12] for m in items]}; expected ({expected}, {width}):"
+                f" hidden_size {self.encoder.hidden_size} x feature_levels {self.encoder.feature_levels}",
                 item=items[0],
             )
         return out
@@ -183,7 +185,7 @@ class StepEncoder:
         param = next(self.encoder.parameters(), None)
         dtype = param.dtype if param is not None else torch.float32
         trainable = torch.is_grad_enabled() and any(p.requires_grad for p in self.encoder.parameters())
-        return torch.zeros(0, self.encoder.hidden_size, dtype=dtype, device=self._device(), requires_grad=trainable)
+        return torch.zeros(0, self.encoder.row_width, dtype=dtype, device=self._device(), requires_grad=trainable)
 
     def _device(self) -> torch.device:
         param = next(self.encoder.parameters(), None)

@@ -1,4 +1,5 @@
-"""``PolicyModel``: a Hugging Face Qwen2-VL trained over DP x CP x TP on packed windows.
+"""``PolicyModel``: a Hugging Face vision-language model of any registered family (``vlrl.models``:
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL) trained over DP x CP x TP on packed windows.
 
 The vision tower runs through the encoder plug-in path (``StepEncoder``: planned, lazily
 fetched, all-to-all'd), so any ``VisionEncoder`` whose rows fit the LLM trains the same way. The
@@ -36,26 +37,31 @@ from torch.distributed.tensor.parallel import (
     SequenceParallel,
     parallelize_module,
 )
-from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
+from transformers import AutoProcessor, PreTrainedModel
 
 from encoders.protocol import VisionEncoder
-from encoders.qwen2vl import Qwen2VLEncoder
 from encoders.spec import STATE_PREFIX
-from vlrl.mm import patch_rule_of
+from vlrl.models import family_of
 from vlrl.train.packed_attention import ATTENTION_NAME, PackedMask
 from vlrl.train.parallel import Parallel
 
 ENCODER_PREFIX = "model.visual."
-"""Where a Qwen2-VL checkpoint keeps the vision tower's weights."""
+"""Where a checkpoint of every supported family keeps the vision tower's weights."""
 
 
 class PolicyModel(nn.Module):
-    def __init__(self, model: Qwen2VLForConditionalGeneration, encoder: VisionEncoder) -> None:
+    def __init__(self, model: PreTrainedModel, encoder: VisionEncoder) -> None:
         super().__init__()
         if encoder.hidden_size != model.config.text_config.hidden_size:
             raise ValueError(
                 f"encoder {encoder.name!r} gives rows of width {encoder.hidden_size}; the LLM's embeddings have"
                 f" {model.config.text_config.hidden_size}"
+            )
+        layers = len(model.model.language_model.layers)
+        if not 1 <= encoder.feature_levels <= layers + 1:
+            raise ValueError(
+                f"encoder {encoder.name!r} has feature_levels={encoder.feature_levels}; expected 1 to"
+                f" {layers + 1}: the embedding plus at most one DeepStack level per decoder layer"
             )
         self.model = model
         self.encoder = encoder
@@ -67,11 +73,12 @@ class PolicyModel(nn.Module):
 
     @classmethod
     def load(cls, path: str | Path, *, dtype: torch.dtype = torch.float32, encoder: VisionEncoder | None = None) -> PolicyModel:
-        """A Qwen2-VL checkpoint folder; the tower is its own unless ``encoder`` replaces it."""
-        model = Qwen2VLForConditionalGeneration.from_pretrained(str(path), dtype=dtype)
+        """A checkpoint folder of any registered model family (``vlrl.models``); the tower is its
+        own (the family's plug-in around it) unless ``encoder`` replaces it."""
+        family = family_of(path)
+        model = family.load(path, dtype=dtype)
         if encoder is None:
-            rule = patch_rule_of(AutoProcessor.from_pretrained(str(path)))
-            encoder = Qwen2VLEncoder.from_model(model.model.visual, rule)
+            encoder = family.tower_encoder(model, AutoProcessor.from_pretrained(str(path)))
         return cls(model, encoder.to(dtype))
 
     # ---- parallelism
@@ -117,6 +124,13 @@ class PolicyModel(nn.Module):
                 "mlp.gate_proj": ColwiseParallel(),
                 "mlp.up_proj": ColwiseParallel(),
                 "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+                # Qwen3's per-head q/k norms see this rank's heads, (B, T, heads / tp, head_dim):
+                # the weight is replicated and its gradient summed over the TP ranks' heads.
+                **{
+                    f"self_attn.{norm}": SequenceParallel(sequence_dim=2, use_local_output=True)
+                    for norm in ("q_norm", "k_norm")
+                    if hasattr(layer.self_attn, norm)
+                },
             })  # fmt: skip
 
     # ---- forward
@@ -132,15 +146,25 @@ class PolicyModel(nn.Module):
         """Logits of this rank's shard of a CP window, ``(W / tp, vocab)``.
 
         ``token_ids`` ``(W,)`` and ``mrope`` ``(3, W)``: the whole CP window (every TP rank alike);
-        ``image_rows`` ``(R, H)``: this rank's received image embeddings, placed at ``image_index``
-        ``(R,)`` of its shard (the rows must be in the loss graph on every rank, even when R = 0)."""
+        ``image_rows`` ``(R, H * feature_levels)``: this rank's received image rows, placed at
+        ``image_index`` ``(R,)`` of its shard (the rows must be in the loss graph on every rank, even
+        when R = 0). Columns ``[:H]`` replace the token embeddings; DeepStack level ``k`` (columns
+        ``[(k+1)H, (k+2)H)``) is added at the same positions after decoder layer ``k``, as
+        ``Qwen3VLTextModel`` does (under sequence parallelism ``x`` is this rank's shard and
+        ``image_index`` indexes it, so the one index serves every level)."""
+        hidden = self.encoder.hidden_size
         x = self.lm.embed_tokens(token_ids[None])  # (1, W/tp, H)
         if isinstance(x, DTensor):
             x = x.to_local()
-        x = x.index_copy(1, image_index, image_rows[None].to(x.dtype))  # out of place: keeps autograd exact
+        rows = image_rows[None].to(x.dtype)  # (1, R, H * levels)
+        x = x.index_copy(1, image_index, rows[..., :hidden])  # out of place: keeps autograd exact
+        blocks = range(1, self.encoder.feature_levels)
+        deepstack = [rows[..., b * hidden : (b + 1) * hidden] for b in blocks]  # (1, R, H) per DeepStack level
         cos, sin = self.lm.rotary_emb(x, mrope[:, None, :])  # (3, 1, W) positions -> (1, W, head_dim)
-        for layer in self.lm.layers:
+        for k, layer in enumerate(self.lm.layers):
             x = layer(x, attention_mask=mask, position_embeddings=(cos, sin))
+            if k < len(deepstack):
+                x = x.index_add(1, image_index, deepstack[k])  # out of place, like the splice
         logits = self.model.lm_head(self.lm.norm(x))  # (1, W/tp, V) or, under TP, vocab shards
         if isinstance(logits, DTensor):
             logits = logits.redistribute(placements=[Shard(1)]).to_local()
@@ -188,5 +212,5 @@ class PolicyModel(nn.Module):
 
     def tower_state(self) -> dict[str, torch.Tensor]:
         """The checkpoint's own tower under its checkpoint names (replicated, never sharded): kept
-        in a saved ``hf/`` folder next to a plug-in so the folder loads as the Qwen2-VL it was."""
+        in a saved ``hf/`` folder next to a plug-in so the folder loads as the model it was."""
         return {ENCODER_PREFIX + name: value.detach() for name, value in self.model.model.visual.state_dict().items()}

@@ -1,4 +1,5 @@
-"""Batched prefill and decode of a Qwen2-VL model, each row continuing its own cached prefix.
+"""Batched prefill and decode of a vision-language model of any registered family (``vlrl.models``),
+each row continuing its own cached prefix.
 
 One batch = one prefill forward plus one forward per decode step. Rows differ in cached prefix
 length ``c_i`` and in new prompt length ``n_i``; both are left-padded, so the key/value layout
@@ -10,7 +11,7 @@ of row ``i`` is ``[pad][prefix_i][pad][new_i]`` and then one slot per decode ste
 Pads are masked out of every attention, and a row's last prompt token sits in the last column,
 so its logits are the batch's last position. Rows leave the batch when they finish.
 
-Positions are Qwen2-VL's M-RoPE ids (temporal, height, width), computed explicitly for each
+Positions are the 3-D M-RoPE ids (temporal, height, width), computed explicitly for each
 row with the model's own ``get_rope_index`` over the *whole* prompt (so a continued prefill gets
 the positions a from-scratch prefill would); generated tokens continue at ``max + 1``. Passing
 them explicitly also keeps the model's stateful ``rope_deltas`` out of the way.
@@ -24,10 +25,11 @@ from typing import Literal
 
 import numpy as np
 import torch
-from transformers import DynamicCache, Qwen2VLForConditionalGeneration
+from transformers import DynamicCache, PreTrainedModel
 
 from encoders.protocol import VisionEncoder
 from encoders.spec import STATE_PREFIX
+from vlrl.models import family_of
 from vlrl.rollout.engine.images import ProcessedImage
 from vlrl.rollout.engine.prefix import ImageSpan, KVPrefix
 from vlrl.rollout.engine.sampling import generator_for, sample
@@ -78,7 +80,7 @@ class ModelRunner:
     ``load_weights`` are blocking and belong on one compute thread."""
 
     def __init__(
-        self, model: Qwen2VLForConditionalGeneration, stop_token_ids: frozenset[int], encoder: VisionEncoder | None = None
+        self, model: PreTrainedModel, stop_token_ids: frozenset[int], encoder: VisionEncoder | None = None
     ) -> None:
         self.model = model.eval()
         self.encoder = encoder.eval() if encoder is not None else None
@@ -95,7 +97,7 @@ class ModelRunner:
     def load(
         cls, path: str, *, dtype: torch.dtype, device: str, stop_token_ids: frozenset[int], encoder: VisionEncoder | None = None
     ) -> ModelRunner:
-        model = Qwen2VLForConditionalGeneration.from_pretrained(path, dtype=dtype).to(device)
+        model = family_of(path).load(path, dtype=dtype).to(device)
         return cls(model, stop_token_ids, encoder.to(device=device, dtype=dtype) if encoder is not None else None)
 
     @torch.inference_mode()
@@ -141,9 +143,12 @@ class ModelRunner:
         """``log p(prompt[t] | prompt[:t])`` for t >= 1 (0 at t = 0): one forward of the whole
         sequence, images included, as a teacher scores a trajectory."""
         ids = torch.as_tensor(prompt, dtype=torch.long, device=self._device)  # (T,)
-        embeds = self._embed(ids, self._image_features(images))  # (T, H)
+        features = self._image_features(images)
+        embeds = self._embed(ids, features)  # (T, H)
         positions = self._positions(prompt, images).to(self._device)[:, None]  # (3, 1, T)
-        logits = self.model(inputs_embeds=embeds[None], position_ids=positions).logits[0].float()  # (T, V)
+        deepstack = _deepstack(features, embeds.shape[-1])
+        logits, _ = self._forward(embeds[None], positions, deepstack, (ids == self._image_token_id)[None])
+        logits = logits[0].float()  # (T, V)
         picked = torch.log_softmax(logits[:-1], dim=-1).gather(1, ids[1:, None])[:, 0]  # (T - 1,)
         return np.concatenate([[0.0], picked.cpu().numpy()]).astype(np.float32)
 
@@ -184,28 +189,52 @@ class ModelRunner:
 
     def _prefill(self, rows: list[_Row]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
         """Run the prompts' uncached tokens; return the cache, the mask and last-position logits (B, V)."""
-        embeds = self._prompt_embeddings(rows)
+        new_ids, features = self._prompt_inputs(rows)
+        embeds = [self._embed(ids, row_features) for ids, row_features in zip(new_ids, features)]
         cached = max(r.reused for r in rows)
         width = max(len(e) for e in embeds)
         hidden = embeds[0].shape[-1]
         inputs = embeds[0].new_zeros(len(rows), width, hidden)
         positions = torch.zeros(3, len(rows), width, dtype=torch.long, device=self._device)
         mask = torch.zeros(len(rows), cached + width, dtype=torch.long, device=self._device)
-        for i, (row, row_embeds) in enumerate(zip(rows, embeds)):
+        visual = torch.zeros(len(rows), width, dtype=torch.bool, device=self._device)  # new image tokens only
+        for i, (row, row_embeds, ids) in enumerate(zip(rows, embeds, new_ids)):
             n = len(row_embeds)
             inputs[i, width - n :] = row_embeds
             positions[:, i, width - n :] = row.positions
             mask[i, cached - row.reused : cached] = 1
             mask[i, cached + width - n :] = 1
-        out = self.model(
-            inputs_embeds=inputs,
-            position_ids=positions,
+            visual[i, width - n :] = ids == self._image_token_id
+        deepstack = _deepstack([f for row_features in features for f in row_features], hidden)  # row-major, as visual
+        logits, cache = self._forward(
+            inputs,
+            positions,
+            deepstack,
+            visual,
             attention_mask=mask,
             cache=self._prefix_cache(rows, cached),
             use_cache=True,
             logits_to_keep=1,
         )
-        return out.cache, mask, out.logits[:, -1]
+        return cache, mask, logits[:, -1]
+
+    def _forward(
+        self, embeds: torch.Tensor, positions: torch.Tensor, deepstack: list[torch.Tensor], visual: torch.Tensor, **kwargs
+    ) -> tuple[torch.Tensor, DynamicCache | None]:
+        """Logits ``(B, kept, V)`` and cache of one forward of input embeddings ``(B, N, H)``.
+
+        Without DeepStack levels this is the model's own forward. With them (Qwen3-VL) the language
+        model runs directly and adds level ``k`` ``(sum image tokens, H)`` at ``visual`` ``(B, N)``,
+        the image tokens among these *new* tokens, right after decoder layer ``k``: cached prefix
+        tokens already hold their additions in the KV cache, and decode steps have no images."""
+        if not deepstack:
+            out = self.model(inputs_embeds=embeds, position_ids=positions, **kwargs)
+            return out.logits, out.cache
+        keep = kwargs.pop("logits_to_keep", 0)  # 0 keeps every position, as in the model's forward
+        out = self.model.model.language_model(
+            inputs_embeds=embeds, position_ids=positions, visual_pos_masks=visual, deepstack_visual_embeds=deepstack, **kwargs
+        )
+        return self.model.lm_head(out.last_hidden_state[:, -keep:]), out.cache
 
     def _positions(self, prompt: np.ndarray, images: tuple[ProcessedImage, ...]) -> torch.Tensor:
         """``(3, T)`` M-RoPE ids of the whole prompt, images on their patch-rule grids."""
@@ -216,8 +245,9 @@ class ModelRunner:
         )  # (3, 1, T)
         return positions[:, 0]
 
-    def _prompt_embeddings(self, rows: list[_Row]) -> list[torch.Tensor]:
-        """Embeddings (n_i, hidden) of each row's uncached tokens, images encoded in one call."""
+    def _prompt_inputs(self, rows: list[_Row]) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+        """Each row's uncached token ids ``(n_i,)`` and the features of its uncached images, all
+        images encoded in one call."""
         new_images = [
             (i, image)
             for i, row in enumerate(rows)
@@ -227,14 +257,12 @@ class ModelRunner:
         per_row: list[list[torch.Tensor]] = [[] for _ in rows]
         for (i, _), feature in zip(new_images, self._image_features([image for _, image in new_images])):
             per_row[i].append(feature)
-        return [
-            self._embed(torch.from_numpy(row.seq.prompt[row.reused :]).to(self._device), features)
-            for row, features in zip(rows, per_row)
-        ]
+        return [torch.from_numpy(row.seq.prompt[row.reused :]).to(self._device) for row in rows], per_row
 
     def _image_features(self, images: list[ProcessedImage] | tuple[ProcessedImage, ...]) -> list[torch.Tensor]:
-        """One ``(num_tokens, hidden)`` feature per image, all encoded in one call: by the plug-in
-        encoder as the trainer runs it, else by the model's tower (attending within each image)."""
+        """One ``(num_tokens, hidden * levels)`` feature per image, all encoded in one call: by the
+        plug-in encoder as the trainer runs it, else by the model's tower (attending within each
+        image; Qwen3-VL's also gives its DeepStack levels, put beside the merged rows)."""
         if not images:
             return []
         if self.encoder is not None:
@@ -243,13 +271,18 @@ class ModelRunner:
             return list(self.encoder(batch).split(batch.num_tokens))
         pixels = torch.cat([image.pixel_values for image in images]).to(self._device)
         grids = torch.tensor([image.grid_thw for image in images], device=self._device)
-        return list(self.model.model.get_image_features(pixels, grids).pooler_output)
+        out = self.model.model.get_image_features(pixels, grids)
+        levels = getattr(out, "deepstack_features", None)
+        if not levels:
+            return list(out.pooler_output)
+        return [torch.cat(image, dim=1) for image in zip(out.pooler_output, *levels, strict=True)]
 
     def _embed(self, ids: torch.Tensor, features: list[torch.Tensor]) -> torch.Tensor:
-        """``(len(ids), hidden)`` input embeddings with ``features`` at the image tokens, in order."""
+        """``(len(ids), hidden)`` input embeddings with ``features``' first ``hidden`` columns (the
+        spliced level; DeepStack levels follow) at the image tokens, in order."""
         embeds = self.model.get_input_embeddings()(ids)
         if features:
-            embeds[ids == self._image_token_id] = torch.cat(features).to(embeds.dtype)
+            embeds[ids == self._image_token_id] = torch.cat(features)[:, : embeds.shape[-1]].to(embeds.dtype)
         return embeds
 
     def _prefix_cache(self, rows: list[_Row], cached: int) -> DynamicCache:
@@ -289,6 +322,14 @@ class ModelRunner:
             reused_prefix_tokens=row.reused,
             prefix=prefix,
         )
+
+
+def _deepstack(features: list[torch.Tensor], hidden: int) -> list[torch.Tensor]:
+    """The DeepStack levels of image ``features`` (columns past the first ``hidden``), each
+    ``(sum tokens, hidden)`` over the images in order; none when the rows are ``hidden`` wide."""
+    if not features or features[0].shape[1] == hidden:
+        return []
+    return list(torch.cat(features)[:, hidden:].split(hidden, dim=1))
 
 
 def _as_tensor(value: torch.Tensor | np.ndarray) -> torch.Tensor:

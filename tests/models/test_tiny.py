@@ -1,4 +1,5 @@
-"""The offline tiny Qwen2-VL: deterministic, loadable, and its token counts follow the patch rule."""
+"""The offline tiny builds of every model family: deterministic, loadable as the family's own
+transformers class, detected back, and their token counts follow the processor's patch rule."""
 
 from __future__ import annotations
 
@@ -7,30 +8,40 @@ import filecmp
 import numpy as np
 import pytest
 import torch
-from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
+from transformers import AutoProcessor
 
 from vlrl.mm import PatchRule, patch_rule_of
-from vlrl.rollout.tiny_model import SPECIAL_TOKENS, build_tiny_qwen2vl
+from vlrl.models import SPECIAL_TOKENS, build_tiny, family, family_of
+
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
+PATCH = {"qwen2_vl": 14, "qwen2_5_vl": 14, "qwen3_vl": 16}
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    path = build_tiny_qwen2vl(tmp_path_factory.mktemp("tiny"))
-    return path, AutoProcessor.from_pretrained(path), Qwen2VLForConditionalGeneration.from_pretrained(path).eval()
+@pytest.fixture(scope="module", params=FAMILIES)
+def tiny(request, tmp_path_factory):
+    path = build_tiny(request.param, tmp_path_factory.mktemp(request.param))
+    return request.param, path, AutoProcessor.from_pretrained(path), family(request.param).load(path).eval()
 
 
 def test_same_seed_same_files_other_seed_other_weights(tiny, tmp_path):
-    path, _, _ = tiny
-    same = build_tiny_qwen2vl(tmp_path / "same")
-    other = build_tiny_qwen2vl(tmp_path / "other", seed=1)
-    for name in ("model.safetensors", "tokenizer.json", "config.json", "processor_config.json"):
-        assert filecmp.cmp(path / name, same / name, shallow=False), name
+    name, path, _, _ = tiny
+    same = build_tiny(name, tmp_path / "same")
+    other = build_tiny(name, tmp_path / "other", seed=1)
+    for file in ("model.safetensors", "tokenizer.json", "config.json", "processor_config.json"):
+        assert filecmp.cmp(path / file, same / file, shallow=False), file
     assert filecmp.cmp(path / "tokenizer.json", other / "tokenizer.json", shallow=False)
     assert not filecmp.cmp(path / "model.safetensors", other / "model.safetensors", shallow=False)
 
 
+def test_the_folder_is_the_family_s_own_checkpoint(tiny):
+    name, path, _, model = tiny
+    assert family_of(path).name == name
+    assert type(model) is family(name).model_class
+    assert model.config.model_type == name
+
+
 def test_tokenizer_has_the_qwen_specials_and_the_chat_template(tiny):
-    _, processor, model = tiny
+    _, _, processor, model = tiny
     tokenizer = processor.tokenizer
     ids = tokenizer.convert_tokens_to_ids(list(SPECIAL_TOKENS))
     assert ids == list(range(len(SPECIAL_TOKENS)))
@@ -46,13 +57,13 @@ def test_tokenizer_has_the_qwen_specials_and_the_chat_template(tiny):
 
 @pytest.mark.parametrize("width, height", [(320, 240), (200, 150), (640, 480), (160, 210), (1280, 720), (30, 20)])
 def test_forward_on_an_image_and_token_count_follows_the_patch_rule(tiny, width, height):
-    _, processor, model = tiny
+    name, _, processor, model = tiny
     pixels = np.random.default_rng(width).integers(0, 256, (height, width, 3), dtype=np.uint8)
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "click OK"}]}]
     text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     inputs = processor(text=[text], images=[pixels], return_tensors="pt")
     rule = patch_rule_of(processor)
-    assert rule == PatchRule(min_pixels=56 * 56, max_pixels=224 * 224)
+    assert rule == PatchRule(patch_size=PATCH[name], min_pixels=56 * 56, max_pixels=224 * 224)
     assert int((inputs["input_ids"] == model.config.image_token_id).sum()) == rule.num_tokens(width, height)
     assert tuple(inputs["image_grid_thw"][0].tolist()) == rule.grid(width, height)
     with torch.inference_mode():

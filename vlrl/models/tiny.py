@@ -1,27 +1,74 @@
-"""A tiny Qwen2-VL (tokenizer, processor and random weights) built offline, for tests and demos.
+"""Tiny checkpoints of every model family (tokenizer, processor, random weights), built offline.
 
 Nothing is downloaded: a byte-level BPE tokenizer is trained on a small built-in corpus of
-GUI-agent text, and the model is a randomly initialised ``Qwen2VLForConditionalGeneration`` of
-~285K parameters with the real architecture (vision tower, patch merger, M-RoPE). The folder it
-writes loads like any Qwen2-VL checkpoint (``from_pretrained``), so every code path that serves
-or trains a real one runs on it in seconds on a CPU. Same ``seed``, same files.
+GUI-agent text, and the model is a randomly initialised model of the family's own transformers
+class (vision tower, patch merger, M-RoPE; DeepStack for Qwen3-VL) of a few hundred thousand
+parameters. The folder it writes loads like any checkpoint of the family (``from_pretrained``),
+so every code path that serves or trains a real one runs on it in seconds on a CPU. Same
+``seed``, same files. Each family module gives its tiny config (``ModelFamily.tiny_config``);
+this module does the rest.
 """
 
 from __future__ import annotations
 
 import itertools
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (
-    PreTrainedTokenizerFast,
-    Qwen2VLConfig,
-    Qwen2VLForConditionalGeneration,
-    Qwen2VLImageProcessor,
-    Qwen2VLProcessor,
-    Qwen2VLVideoProcessor,
-)
+from transformers import PreTrainedTokenizerFast
+
+from vlrl.config import ConfigError, Ge, Gt
+
+if TYPE_CHECKING:
+    from vlrl.models.family import ModelFamily
+
+@dataclass(kw_only=True, slots=True)
+class TinyModel:
+    """How ``model_path='tiny'`` is built: an untrained tiny model of one family, offline."""
+
+    family: str = "qwen2_vl"
+    """Model family of the tiny build: a registered family (``qwen2_vl``, ``qwen2_5_vl``,
+    ``qwen3_vl``)."""
+
+    seed: Annotated[int, Ge(0)] = 0
+    """Seed of the random initial weights."""
+
+    min_pixels: Annotated[int, Ge(28 * 28)] = 56 * 56
+    """Smallest image area the processor resizes a screenshot to."""
+
+    max_pixels: Annotated[int, Ge(28 * 28)] = 224 * 224
+    """Largest image area the processor resizes a screenshot to (fewer image tokens below it)."""
+
+    rope_theta: Annotated[float, Gt(0)] = 1e6
+    """Base of the language model's M-RoPE (1e6 is the real models'). With the tiny head size of
+    16, a base of 1e6 turns the width section of M-RoPE by about 1e-4 rad per column, so the LLM
+    cannot tell image columns apart; a small base (10) gives every section angles of order 0.1-1
+    rad per position. The weights are random either way."""
+
+    def check(self) -> None:
+        from vlrl.models.registry import registered
+
+        if self.family not in registered():
+            raise ConfigError("family", self.family, f"a registered model family, one of {registered()}")
+
+    def build(self, path: Path) -> Path:
+        from vlrl.models.registry import family
+
+        if path.exists():
+            shutil.rmtree(path)
+        return build_tiny(
+            family(self.family),
+            path,
+            seed=self.seed,
+            min_pixels=self.min_pixels,
+            max_pixels=self.max_pixels,
+            rope_theta=self.rope_theta,
+        )
+
 
 SPECIAL_TOKENS = (
     "<|endoftext|>",
@@ -35,7 +82,7 @@ SPECIAL_TOKENS = (
     "</tool_call>",
 )
 
-# Qwen2-VL's template, minus video: images become <|vision_start|><|image_pad|><|vision_end|> and
+# The Qwen-VL template, minus video: images become <|vision_start|><|image_pad|><|vision_end|> and
 # the processor expands the one <|image_pad|> to the image's token count.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -72,7 +119,8 @@ _JSON_SNIPPETS = (
 )
 
 
-def build_tiny_qwen2vl(
+def build_tiny(
+    family: ModelFamily,
     path: str | Path,
     *,
     seed: int = 0,
@@ -81,50 +129,44 @@ def build_tiny_qwen2vl(
     max_pixels: int = 224 * 224,
     rope_theta: float = 1e6,
 ) -> Path:
-    """Write a tiny Qwen2-VL checkpoint (model + processor) to ``path`` and return it.
+    """Write a tiny checkpoint of ``family`` (model + processor) to ``path`` and return it.
 
     ``vocab_size`` is the BPE target; the model's vocabulary is the trained tokenizer's size
     (a small corpus may stop short of the target). ``min_pixels``/``max_pixels`` bound the
-    resized image as in ``PatchRule``; the defaults map a 320x240 screen to 54 tokens.
-    ``rope_theta`` is the M-RoPE base: Qwen2-VL's 1e6 turns the tiny head's (16 dims) width
-    section by ~1e-4 rad per column, too little to tell image columns apart; a model meant to
-    learn where things are on screen wants a small base (10).
+    resized image as in ``PatchRule``; with Qwen2-VL's 28-pixel merged patches the defaults map a
+    320x240 screen to 54 tokens. ``rope_theta`` is the M-RoPE base: the real 1e6 turns the tiny
+    head's (16 dims) width section by ~1e-4 rad per column, too little to tell image columns
+    apart; a model meant to learn where things are on screen wants a small base (10).
     """
     path = Path(path)
     tokenizer = _train_tokenizer(vocab_size)
-    processor = Qwen2VLProcessor(
-        image_processor=Qwen2VLImageProcessor(min_pixels=min_pixels, max_pixels=max_pixels),
-        tokenizer=tokenizer,
-        video_processor=Qwen2VLVideoProcessor(),
-        chat_template=CHAT_TEMPLATE,
-    )
     token_id = tokenizer.convert_tokens_to_ids
-    config = Qwen2VLConfig(
-        text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=4096,
-            # The M-RoPE sections (temporal, height, width) must sum to head_dim / 2 = 8.
-            rope_parameters={"rope_type": "default", "rope_theta": float(rope_theta), "mrope_section": [2, 3, 3]},
-            bos_token_id=token_id("<|endoftext|>"),
-            eos_token_id=token_id("<|im_end|>"),
-            pad_token_id=token_id("<|endoftext|>"),
-        ),
-        vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2),
+    text = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        # The M-RoPE sections (temporal, height, width) must sum to head_dim / 2 = 8.
+        rope_parameters={"rope_type": "default", "rope_theta": float(rope_theta), "mrope_section": [2, 3, 3]},
+        bos_token_id=token_id("<|endoftext|>"),
+        eos_token_id=token_id("<|im_end|>"),
+        pad_token_id=token_id("<|endoftext|>"),
+    )
+    tokens = dict(
         image_token_id=token_id("<|image_pad|>"),
         video_token_id=token_id("<|video_pad|>"),
         vision_start_token_id=token_id("<|vision_start|>"),
         vision_end_token_id=token_id("<|vision_end|>"),
     )
+    config, processor = family.tiny_config(text, tokens, tokenizer, CHAT_TEMPLATE, min_pixels, max_pixels)
     with torch.random.fork_rng():  # seed the weights without disturbing the caller's RNG
         torch.manual_seed(seed)
-        model = Qwen2VLForConditionalGeneration(config)
-    model.generation_config.eos_token_id = config.text_config.eos_token_id
-    model.generation_config.pad_token_id = config.text_config.pad_token_id
+        model = family.model_class(config)
+    model.generation_config.eos_token_id = text["eos_token_id"]
+    model.generation_config.pad_token_id = text["pad_token_id"]
     model.save_pretrained(path)
     processor.save_pretrained(path)
     return path

@@ -1,0 +1,72 @@
+"""The model-family contract: what differs between Qwen2-VL, Qwen2.5-VL and Qwen3-VL, and nothing
+else. The trainer, the engines, the server and checkpoints take any registered family.
+
+A family is a ``ModelFamily`` subclass, registered by name (``vlrl.models.register`` or the
+``vlrl.models`` entry-point group). What the families share stays outside: the LLM is called
+layer by layer on 3-D M-RoPE positions that every family computes alike for still images
+(``train.mrope``; each family's own rotary embedding applies its sections, interleaved for
+Qwen3-VL), and the chat format, patch rule and placeholders come from the checkpoint's own
+processor and config. What differs is here:
+
+* which checkpoints it is (``model_types`` of ``config.json``) and their transformers class;
+* its vision tower as an encoder plug-in (``tower_encoder``): the planner, lazy pixel fetch and
+  the all-to-all then apply unchanged, and a tower with DeepStack levels returns them as extra
+  columns (``VisionEncoder.feature_levels``);
+* the action format its released checkpoints were trained to write;
+* its tiny offline build (``tiny_config``), which the tests and the CPU demos train.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from encoders.protocol import VisionEncoder
+from vlrl.records import ActionFormat
+
+
+class ModelFamily(ABC):
+    """One family of vision-language checkpoints. Subclasses set the class attributes and
+    implement ``tower_encoder`` and ``tiny_config``; an instance holds no state."""
+
+    name: ClassVar[str]
+    """Registry id and ``tiny.family`` value (the family's ``model_type``, e.g. ``qwen2_5_vl``)."""
+    model_types: ClassVar[tuple[str, ...]]
+    """``config.json`` ``model_type`` values of its checkpoints."""
+    model_class: ClassVar[type[nn.Module]]
+    """The transformers class a checkpoint folder of the family loads as."""
+    action_format: ClassVar[ActionFormat]
+    """The action grammar the family's released checkpoints write (an agent's default)."""
+
+    def load(self, path: str | Path, *, dtype: torch.dtype = torch.float32) -> nn.Module:
+        """The checkpoint folder ``path`` as the family's transformers model."""
+        return self.model_class.from_pretrained(str(path), dtype=dtype)
+
+    def tower(self, model: nn.Module) -> nn.Module:
+        """The loaded model's own vision tower."""
+        return model.model.visual
+
+    def language_model(self, model: nn.Module) -> nn.Module:
+        """The loaded model's LLM backbone (embeddings, decoder layers, final norm, rotary)."""
+        return model.model.language_model
+
+    @abstractmethod
+    def tower_encoder(self, model: nn.Module, processor: Any) -> VisionEncoder:
+        """The loaded model's own tower as an encoder plug-in (parameters shared, names kept),
+        preprocessing as the checkpoint's own ``processor`` does."""
+
+    @abstractmethod
+    def tiny_config(
+        self, text: dict[str, Any], tokens: dict[str, int], tokenizer: Any, chat_template: str, min_pixels: int, max_pixels: int
+    ) -> tuple[Any, Any]:
+        """``(config, processor)`` of the family's tiny build: ``text`` is the tiny LLM's settings
+        (hidden 64, 2 layers, 4 heads, 2 KV heads, M-RoPE sections [2, 3, 3]), ``tokens`` the
+        placeholder ids, and the processor wraps ``tokenizer`` with the family's image processor
+        bounded by ``min_pixels``/``max_pixels``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
