@@ -9,7 +9,8 @@ PYTHON=${PYTHON:-python3}
 VENV=.venv
 # torch/torchvision: the pair this machine kind serves from local disk (CUDA build, runs on CPU).
 TORCH_PINS=(torch==2.14.1 torchvision==0.29.1)
-APT_PACKAGES=(chromium chromium-driver)  # the browser and MiniWoB++ harnesses drive Debian's Chromium
+APT_PACKAGES=(chromium chromium-driver  # the browser and MiniWoB++ harnesses drive Debian's Chromium
+  xvfb openbox xdotool x11-utils mousepad galculator xterm pcmanfm)  # the xdesktop harness: a real X desktop
 EXTRAS=${VLRL_EXTRAS:-dev}
 
 stamp_now=$( { cat pyproject.toml scripts/setup.sh; echo "${TORCH_PINS[*]} $EXTRAS"; } | sha256sum | cut -c1-16)

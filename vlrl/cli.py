@@ -90,7 +90,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         commands,
         "serve",
         "serve a policy over an OpenAI-compatible API",
-        "Serve a Qwen2-VL checkpoint with the embedded engine over an OpenAI-compatible HTTP API:\n"
+        "Serve a checkpoint (Qwen2-VL, Qwen2.5-VL or Qwen3-VL: vlrl.models) with the embedded engine over an OpenAI-compatible HTTP API:\n"
         "GET /v1/models, POST /v1/chat/completions (non-streaming only), GET /health, GET /metrics.\n"
         "Images are data: URLs; a part's \"uuid\" lets later requests send \"image_url\": null instead\n"
         "of the bytes (vLLM's semantics; a uuid the server no longer holds is a 400 naming it).\n"
@@ -155,13 +155,13 @@ def _add_check(commands: argparse._SubParsersAction) -> None:
     check = _add_command(
         commands,
         "check",
-        "run the plug-in contract suite on a registered harness or encoder",
+        "run the plug-in contract suite on a registered harness, encoder or model family",
         "Load a registered plug-in (built in, registered by a module, or installed as an entry point)\n"
         "and run every rule of its kind's contract, printing each rule as it passes. Exits 0 when\n"
         "all pass, 1 at the first broken rule (named), 2 when the id is unknown or cannot load.",
-        "examples:\n  vlrl check harness desktop\n  vlrl check encoder qwen2vl",
+        "examples:\n  vlrl check harness desktop\n  vlrl check encoder qwen2vl\n  vlrl check model qwen3_vl",
     )
-    check.add_argument("kind", choices=["harness", "encoder"], help="the plug-in kind")
+    check.add_argument("kind", choices=["harness", "encoder", "model"], help="the plug-in kind")
     check.add_argument("id", metavar="ID", help="the registered id (an unknown one is answered with the known ids)")
     check.set_defaults(handler=_check)
 
@@ -218,9 +218,12 @@ def _check(args: argparse.Namespace) -> int:
     if args.kind == "harness":
         from vlrl.harness import HarnessError as KindError
         from vlrl.harness.registry import run_contract
-    else:
+    elif args.kind == "encoder":
         from encoders.protocol import EncoderError as KindError
         from encoders.registry import run_contract
+    else:
+        from vlrl.models.registry import ModelFamilyError as KindError
+        from vlrl.models.registry import run_contract
     try:
         for rule in run_contract(args.id):
             print(f"pass  {rule}")

@@ -109,7 +109,7 @@ def test_serve_refuses_a_missing_checkpoint_and_a_bad_port(tmp_path, capsys):
         (["rollout"], ["RECIPE", "--set KEY=VALUE", "--print-config", "Harness Pool"]),
         (["serve"], ["--model PATH", "--host", "127.0.0.1", "--port", "8000", "--api-key"]),
         (["bench"], ["--list", "--json", "--size"]),
-        (["check"], ["{harness,encoder}", "ID", "vlrl check harness desktop"]),
+        (["check"], ["{harness,encoder,model}", "ID", "vlrl check harness desktop", "vlrl check model qwen3_vl"]),
     ],
 )
 def test_help_of_each_command(command, expected, capsys):
@@ -182,6 +182,7 @@ def test_module_entry_point_and_light_imports():
     [
         ("harness", "desktop", ["harness class", "task names", "thread_bound", "types", "determinism", "order", "bounds"]),
         ("encoder", "qwen2vl", ["output shape", "num_tokens", "cost monotone", "deterministic", "batch order", "gradients"]),
+        ("model", "qwen3_vl", ["family class", "model types", "tiny build", "tower encoder: output shape", "tower rows"]),
     ],
 )
 def test_check_passes_a_builtin_and_prints_its_rules(kind, plugin_id, rules, capsys):
@@ -207,6 +208,19 @@ def test_check_fails_a_broken_plugin_with_the_rule_name(capsys):
     assert main(["check", "encoder", "cli-noisy"]) == 1
     out = capsys.readouterr().out
     assert "pass  cost monotone\n" in out and "FAIL  deterministic: two eval-mode forwards" in out
+
+
+def test_check_fails_a_model_family_whose_tower_plug_in_normalises_otherwise(capsys):
+    from vlrl.models import register
+    from vlrl.models.registry import BUILTINS
+
+    register("qwen3_vl", "tests.cli.broken_plugins:WrongNorm", override=True)
+    try:
+        assert main(["check", "model", "qwen3_vl"]) == 1
+    finally:
+        register("qwen3_vl", BUILTINS["qwen3_vl"], override=True)
+    out = capsys.readouterr().out
+    assert "pass  tower encoder: gradients\n" in out and "FAIL  tower rows: the plug-in gives rows" in out
 
 
 def test_check_of_an_unknown_id_lists_the_known_ones(capsys):

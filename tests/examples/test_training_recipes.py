@@ -69,6 +69,24 @@ def test_miniwob_trains_on_miniwob_rollouts(ray_session, tmp_path):
     assert episodes >= 16 and turns == 1  # 2 steps of 2 groups of 4, one click each
 
 
+@pytest.mark.ray
+@pytest.mark.slow
+def test_xdesktop_trains_on_real_desktop_rollouts(ray_session, tmp_path):
+    summary, records = _run_small("train_xdesktop.py", tmp_path / "xdesktop")
+    demos = _demonstrations(records)
+    assert demos["demos/sequences"] == demos["demos/episodes"] == 4, demos["demos/dropped"]
+    episodes, turns = _rollouts(records, "xdesktop")
+    assert episodes >= 4 and turns >= 1  # 2 steps of 2 groups of 2
+    assert summary["store_keys_left"] == 0
+
+
+def test_the_xdesktop_suite_evaluates_every_family_as_its_own_source():
+    from harnesses.xdesktop.tasks import FAMILIES
+
+    config = load_recipe(str(EXAMPLES / "train_xdesktop.py:suite"), [])
+    assert [s.env.tasks for s in config.sources] == [[f] for f in FAMILIES] and config.steps == 0
+
+
 @pytest.mark.parametrize("spec", ["train_web_app.py:mail", "train_miniwob.py:every_task"])
 def test_the_variants_draw_several_tasks_the_harness_offers(spec):
     (source,) = load_recipe(str(EXAMPLES / spec), []).sources

@@ -1,4 +1,5 @@
-"""``sequence_mrope`` / ``window_mrope``: equal to the tiny Qwen2-VL's own ``get_rope_index``."""
+"""``sequence_mrope`` / ``window_mrope``: equal to each model family's own ``get_rope_index`` (the tiny
+Qwen2-VL, Qwen2.5-VL and Qwen3-VL builds)."""
 
 from __future__ import annotations
 
@@ -37,11 +38,11 @@ def _seq(key: str, num_tokens: int, images=(), image_offsets=()) -> SeqMeta:
     return seq_meta(key, num_tokens, images=tuple(images), image_offsets=tuple(image_offsets))
 
 
-@pytest.fixture(scope="module")
-def model(tiny_path):
-    from transformers import Qwen2VLForConditionalGeneration
+@pytest.fixture(scope="module", params=["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def model(request, tmp_path_factory):
+    from vlrl.models import build_tiny, family
 
-    return Qwen2VLForConditionalGeneration.from_pretrained(tiny_path).eval()
+    return family(request.param).load(build_tiny(request.param, tmp_path_factory.mktemp(request.param))).eval()
 
 
 def _build(model, layout: str, key: str = "seq/0", seed: int = 0) -> tuple[SeqMeta, np.ndarray]:

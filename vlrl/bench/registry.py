@@ -56,5 +56,10 @@ BENCHMARKS: dict[str, Benchmark] = {
             "trainer tokens/s and peak memory per DP x CP x TP layout vs the single-process step (gloo, CPU)",
             "vlrl.bench.train_bench",
         ),
+        Benchmark(
+            "xdesktop",
+            "a real X desktop instance per task family: reset, step, RSS; a reused instance vs one per episode",
+            "vlrl.bench.xdesktop_bench",
+        ),
     ]
 }

@@ -46,6 +46,10 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("*speedup_vs_single*", "tokens/s of the layout / single process"),
         ("*mem_vs_single*", "peak memory of the layout / single process"),
     ),
+    "xdesktop": (
+        ("*warm_over_cold", "reset of a reused instance / a new instance per episode (lower is better)"),
+        ("*rss_mb*", "MB resident per instance (X server, window manager, apps)"),
+    ),
 }
 
 

@@ -24,7 +24,7 @@ class Teacher:
     """The teacher of on-policy distillation: a checkpoint served by its own engine replica."""
 
     model_path: Annotated[str, NonEmpty()]
-    """A Qwen2-VL checkpoint folder (a checkpoint's ``hf/``), or the folder of an earlier
+    """A checkpoint folder of a supported model family (a checkpoint's ``hf/``), or the folder of an earlier
     ``vlrl train`` run: then its newest checkpoint's ``hf/`` is the teacher."""
 
     engine: EmbeddedEngine.Config = field(default_factory=lambda: EmbeddedEngine.Config(cpus=0))
@@ -41,7 +41,7 @@ class Teacher:
         raise ConfigError(
             "teacher.model_path",
             self.model_path,
-            "a Qwen2-VL checkpoint folder (with config.json) or a vlrl train run folder with a complete checkpoint",
+            "a checkpoint folder (with config.json) or a vlrl train run folder with a complete checkpoint",
         )
 
     def start(self, student_path: str) -> Any:

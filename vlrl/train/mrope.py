@@ -1,4 +1,4 @@
-"""3-D M-RoPE position ids of Qwen2-VL / Qwen2.5-VL, from ``SeqMeta`` alone, for packed training.
+"""3-D M-RoPE position ids of Qwen2-VL / Qwen2.5-VL / Qwen3-VL, from ``SeqMeta`` alone, for packed training.
 
 Qwen2-VL rotates each head's frequency bands by three position axes, (temporal, height, width)
 (``mrope_section`` splits the bands). The positions of one sequence follow from where its images
@@ -18,7 +18,10 @@ That is exactly ``Qwen2VLModel.get_rope_index`` (transformers 5.24: its next pos
 vision run is ``s + max(h, w) // merge``, which equals the maximum + 1 only when ``t = 1``).
 Qwen2.5-VL's ``get_rope_index`` differs only for video, where the temporal index is scaled by
 ``tokens_per_second * second_per_grid``; a still image has ``t = 1`` (it is repeated to fill one
-temporal patch) and index 0 there, so the same table serves both. Video is not supported: a grid
+temporal patch) and index 0 there, so the same table serves both. Qwen3-VL's ``get_rope_index``
+gives the same ids for still images (measured on the tiny builds); its interleaving of the three
+sections over the frequency bands happens in its rotary embedding, from these same ids. Video is
+not supported: a grid
 with ``t != 1`` is refused rather than given positions that differ across transformers versions.
 
 Two images back to back (no text token between) are two runs here; ``get_rope_index`` would
@@ -41,7 +44,7 @@ from vlrl.records import SeqMeta
 def sequence_mrope(meta: SeqMeta, merge_size: int) -> np.ndarray:
     """Return the ``(3, meta.num_tokens)`` int64 M-RoPE positions of one sequence.
 
-    ``merge_size`` is the vision tower's ``spatial_merge_size`` (2 for Qwen2-VL and Qwen2.5-VL).
+    ``merge_size`` is the vision tower's ``spatial_merge_size`` (2 for every supported family).
     Every image occurrence (``meta.image_offsets``) must have a grid (``MMItemMeta.grid_thw``)
     with ``t = 1`` and sides divisible by ``merge_size``, a ``num_tokens`` of
     ``t * h * w / merge_size**2``, and its run must neither overlap another nor pass the end.

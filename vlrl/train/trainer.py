@@ -79,7 +79,7 @@ class Trainer:
         def build(
             self, *, model_path: str, store: Any, layout: Layout, encoder: VisionEncoder | None = None
         ) -> Trainer:
-            """``model_path``: the Hugging Face Qwen2-VL checkpoint folder the policy starts from
+            """``model_path``: the Hugging Face checkpoint folder (any family of ``vlrl.models``) the policy starts from
             (the job's policy, or a checkpoint's ``hf/``). ``encoder``: ``self.encoder``'s instance
             when the caller built it (a Ray rank builds the driver's ``resolved_encoder``); None
             builds it here."""
@@ -282,7 +282,7 @@ class Trainer:
         layout), and on rank 0 a Hugging Face folder (safetensors weights) plus ``extra`` state
         (the driver's and sampler's). A plug-in encoder's weights go to ``hf/encoder/`` (its
         ``save_pretrained``), where a trainer or engine built from ``hf/`` finds them; the
-        Qwen2-VL weights keep the checkpoint's own, untrained tower. Collective."""
+        model's weights keep the checkpoint's own, untrained tower. Collective."""
         path = Path(path)
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path / "sharded"))

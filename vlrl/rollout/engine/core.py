@@ -71,7 +71,7 @@ class _Counters:
 
 class EngineCore:
     def __init__(self, config: EmbeddedEngine.Config, model_path: str, encoder: ResolvedEncoder | None = None) -> None:
-        """``model_path``: the Qwen2-VL checkpoint folder served. ``encoder``: ``config.encoder``
+        """``model_path``: the checkpoint folder served (any family of ``vlrl.models``). ``encoder``: ``config.encoder``
         as the driver resolved it (None: resolve it here)."""
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)

@@ -33,8 +33,10 @@ BANNED_LOGIT_BIAS = -100.0
 never drawn. Biases shape sampling only; the logprobs vLLM reports are the raw model's."""
 
 CHECKPOINT_PREFIXES = ("model.language_model.", "model.visual.", "lm_head.")
-"""Where a Hugging Face Qwen2-VL checkpoint (transformers >= 4.52) keeps its weights; vLLM's
-Qwen2-VL maps exactly these names onto its own modules (``hf_to_vllm_mapper``)."""
+"""Where a Hugging Face checkpoint of every supported family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL with
+its DeepStack mergers under ``model.visual.``; transformers >= 4.52) keeps its weights; vLLM's
+model class of each family maps exactly these names onto its own modules (``hf_to_vllm_mapper``),
+so the weight-name map from the trainer to vLLM is the identity for all of them."""
 
 PLUGIN_ENCODER_PREFIX = "encoder."
 """Where a trainer with a plug-in vision encoder puts that encoder's weights."""
@@ -234,7 +236,7 @@ def checkpoint_weights(
 ) -> dict[str, torch.Tensor]:
     """A trainer's full state dict as (name -> contiguous CPU tensor) for vLLM's ``load_weights``.
 
-    The trainer names weights as the Hugging Face checkpoint does, which is what vLLM's Qwen2-VL
+    The trainer names weights as the Hugging Face checkpoint does, which is what vLLM's model classes
     ``load_weights`` maps to its own modules (q/k/v and gate/up fused, shards cut per TP rank);
     every name is checked here so a wrong one fails before the engine is touched. Floating
     weights are cast to the engine's ``dtype`` (half the bytes to stage when training in fp32;
@@ -245,12 +247,12 @@ def checkpoint_weights(
     if plugin:
         raise ValueError(
             f"update_weights: {len(plugin)} weight(s) of a plug-in vision encoder, e.g. {plugin[0]!r}; the vLLM"
-            " engine serves Qwen2-VL's own tower and cannot run a plug-in encoder (use EmbeddedEngine)"
+            " engine serves the checkpoint's own tower and cannot run a plug-in encoder (use EmbeddedEngine)"
         )
     unknown = sorted(name for name in state_dict if not name.startswith(CHECKPOINT_PREFIXES))
     if unknown:
         raise ValueError(
-            f"update_weights: {len(unknown)} name(s) outside a Qwen2-VL checkpoint, e.g. {unknown[:3]}; expected"
+            f"update_weights: {len(unknown)} name(s) outside the checkpoint's weights, e.g. {unknown[:3]}; expected"
             f" names starting with one of {CHECKPOINT_PREFIXES}"
         )
     weights = {}

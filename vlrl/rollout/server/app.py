@@ -31,6 +31,7 @@ from aiohttp import web
 from transformers import AutoProcessor
 
 from vlrl.config import ConfigError, Ge, Gt, Le, NonEmpty
+from vlrl.models import ModelFamilyError, family_of
 from vlrl.rollout.engine import EmbeddedEngine, EngineCore
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult
 from vlrl.rollout.server.media import ImageResolver
@@ -53,7 +54,7 @@ class OpenAIServer:
         """`vlrl serve`: one in-process engine replica behind an OpenAI-compatible HTTP API."""
 
         model_path: Annotated[str, NonEmpty()]
-        """Local folder of the Qwen2-VL checkpoint served (model and processor, as
+        """Local folder of the checkpoint served (any family of ``vlrl.models``) (model and processor, as
         ``save_pretrained`` writes them): ``vlrl serve --model PATH``."""
 
         engine: EmbeddedEngine.Config = field(default_factory=EmbeddedEngine.Config)
@@ -93,6 +94,12 @@ class OpenAIServer:
         def check(self) -> None:
             if self.api_key == "":
                 raise ConfigError("api_key", self.api_key, "None or a non-empty key")
+            try:  # an unsupported checkpoint fails here, naming its model_type, not inside from_pretrained
+                family_of(self.model_path)
+            except ModelFamilyError as error:
+                raise ConfigError(
+                    "model_path", self.model_path, "a checkpoint folder of a supported model family", hint=str(error)
+                ) from None
 
         def build(self) -> OpenAIServer:
             return OpenAIServer(self)

@@ -1,0 +1,134 @@
+"""``XDesktopHarness``: real applications on a real X desktop, tasks checked by their real state.
+
+Each instance owns one ``XSession`` (its own Xvfb display, openbox, sandbox home). A reset ends
+the last episode's applications, makes the home folder afresh, and lets the task family set up
+files and launch applications; a step sends the action through XTest (``xdotool``) and returns
+the screen once it has settled. The reward is the family's evaluator on the real state (the
+saved file, the folder, the application's config), read after every step and never shown to the
+agent. The instance is ``thread_bound``: its processes die with the thread that started them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from numbers import Integral
+from typing import Any
+
+from harnesses.xdesktop.input import perform
+from harnesses.xdesktop.screen import settle
+from harnesses.xdesktop.session import XSession, check_packages
+from harnesses.xdesktop.tasks import FAMILIES, Episode
+from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult
+
+WIDTH_RANGE = (640, 3840)
+HEIGHT_RANGE = (480, 2160)
+
+
+class XDesktopHarness(Harness):
+    tasks = tuple(FAMILIES)
+    thread_bound = True
+
+    def __init__(
+        self, *, width: int = 1280, height: int = 720, tasks: Sequence[str] | None = None, max_steps: int = 15
+    ) -> None:
+        self.width = _check_int("width", width, *WIDTH_RANGE)
+        self.height = _check_int("height", height, *HEIGHT_RANGE)
+        self.max_steps = _check_int("max_steps", max_steps, 1, 10_000)
+        if tasks is not None:
+            self.tasks = _check_tasks(tasks)
+        check_packages()
+        self._rng = random.Random()
+        self._episode: Episode | None = None
+        self._oracle_step = 0
+        self._steps = 0
+        self._ended = False
+        self._session: XSession | None = XSession(self.width, self.height)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
+        session = self._usable()
+        family = self._requested_family(options)
+        if seed is not None:
+            if not isinstance(seed, Integral) or isinstance(seed, bool):
+                raise ValueError(f"seed={seed!r}; expected an int or None")
+            self._rng = random.Random(int(seed))
+        name = family or self._rng.choice(self.tasks)
+        self._episode = None
+        session.kill_apps()
+        session.fresh_home()
+        episode = FAMILIES[name].setup(self._rng, session)
+        self._episode, self._oracle_step, self._steps, self._ended = episode, 0, 0, False
+        return self._observe(), {"task": name}
+
+    def step(self, action: Action) -> StepResult:
+        episode, session = self._active()
+        if not isinstance(action, Action):
+            raise ActionError(f"step expects a vlrl Action, got {type(action).__name__}")
+        action.check_bounds(self.width, self.height)
+        perform(session.env(), action, episode.policy)
+        self._steps += 1
+        observation = self._observe()
+        solved = bool(episode.check(session))
+        terminated = solved or action.kind in ("done", "fail")
+        truncated = not terminated and self._steps >= self.max_steps
+        self._ended = terminated or truncated
+        info = {"task": episode.family, "success": solved, "steps": self._steps}
+        return observation, float(solved), terminated, truncated, info
+
+    def oracle(self) -> Action | None:
+        episode, session = self._active()
+        if self._oracle_step >= len(episode.oracle):
+            return Action.done()
+        step = episode.oracle[self._oracle_step]
+        self._oracle_step += 1
+        return step if isinstance(step, Action) else step(session)
+
+    def close(self) -> None:
+        session, self._session, self._episode = self._session, None, None
+        if session is not None:
+            session.close()
+
+    def processes(self) -> list:
+        """The instance's live processes (X server, window manager, applications)."""
+        return [] if self._session is None else self._session.processes()
+
+    def _observe(self) -> Observation:
+        return Observation(screenshot=settle(self._session.display), goal=self._episode.goal if self._episode else None)
+
+    def _requested_family(self, options: dict[str, Any] | None) -> str | None:
+        options = options or {}
+        unknown = set(options) - {"task"}
+        if unknown:
+            raise ValueError(f"reset options {sorted(unknown)} are unknown; the xdesktop harness takes 'task'")
+        family = options.get("task")
+        if family is not None and family not in self.tasks:
+            raise ValueError(f"task {family!r} is not one of this harness's tasks {list(self.tasks)}")
+        return family
+
+    def _usable(self) -> XSession:
+        if self._session is None:
+            raise HarnessError("the xdesktop harness is closed")
+        return self._session
+
+    def _active(self) -> tuple[Episode, XSession]:
+        session = self._usable()
+        if self._episode is None:
+            raise HarnessError("no episode: call reset() before step() or oracle()")
+        if self._ended:
+            raise HarnessError("the episode has ended (terminated or truncated): call reset() first")
+        return self._episode, session
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{name}={value!r}; expected an int in [{low}, {high}]")
+    return value
+
+
+def _check_tasks(tasks: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(tasks, str) or not isinstance(tasks, Sequence) or not tasks:
+        raise ValueError(f"tasks={tasks!r}; expected a non-empty list of task names from {list(FAMILIES)}")
+    unknown = [task for task in tasks if task not in FAMILIES]
+    if unknown:
+        raise ValueError(f"tasks: {unknown} unknown; expected names from {list(FAMILIES)}")
+    return tuple(dict.fromkeys(tasks))
