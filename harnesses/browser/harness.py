@@ -27,7 +27,7 @@ from harnesses.browser.input import perform
 from harnesses.browser.oracle import POLICIES, Screen
 from harnesses.browser.site import check_assets, page_url, serve
 from harnesses.browser.tasks import FAMILIES, Episode
-from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult
+from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult, int_setting, task_names
 from vlrl.mm import decode_image
 
 CHROMIUM_ARGS = (
@@ -59,11 +59,11 @@ class BrowserHarness(Harness):
         max_steps: int = 15,
         chromium_path: str | os.PathLike[str] = "/usr/bin/chromium",
     ) -> None:
-        self.width = _check_int("width", width, *WIDTH_RANGE)
-        self.height = _check_int("height", height, *HEIGHT_RANGE)
-        self.max_steps = _check_int("max_steps", max_steps, 1, 10_000)
+        self.width = int_setting("browser", "width", width, *WIDTH_RANGE)
+        self.height = int_setting("browser", "height", height, *HEIGHT_RANGE)
+        self.max_steps = int_setting("browser", "max_steps", max_steps, 1, 10_000)
         if tasks is not None:
-            self.tasks = _check_tasks(tasks)
+            self.tasks = task_names("browser", tasks, tuple(FAMILIES))
         chromium_path = os.fspath(chromium_path)
         if not (os.path.isfile(chromium_path) and os.access(chromium_path, os.X_OK)):
             raise HarnessError(
@@ -181,17 +181,3 @@ class BrowserHarness(Harness):
                 "the browser harness is thread-bound (sync Playwright): use it only from the thread that created it"
             )
 
-
-def _check_int(name: str, value: object, low: int, high: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"{name}={value!r}; expected an int in [{low}, {high}]")
-    return value
-
-
-def _check_tasks(tasks: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(tasks, str) or not isinstance(tasks, Sequence) or not tasks:
-        raise ValueError(f"tasks={tasks!r}; expected a non-empty list of task names from {list(FAMILIES)}")
-    unknown = [task for task in tasks if task not in FAMILIES]
-    if unknown:
-        raise ValueError(f"tasks: {unknown} unknown; expected names from {list(FAMILIES)}")
-    return tuple(dict.fromkeys(tasks))

@@ -19,7 +19,7 @@ from harnesses.xdesktop.input import perform
 from harnesses.xdesktop.screen import settle
 from harnesses.xdesktop.session import XSession, check_packages
 from harnesses.xdesktop.tasks import FAMILIES, Episode
-from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult
+from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult, int_setting, task_names
 
 WIDTH_RANGE = (640, 3840)
 HEIGHT_RANGE = (480, 2160)
@@ -32,11 +32,11 @@ class XDesktopHarness(Harness):
     def __init__(
         self, *, width: int = 1280, height: int = 720, tasks: Sequence[str] | None = None, max_steps: int = 15
     ) -> None:
-        self.width = _check_int("width", width, *WIDTH_RANGE)
-        self.height = _check_int("height", height, *HEIGHT_RANGE)
-        self.max_steps = _check_int("max_steps", max_steps, 1, 10_000)
+        self.width = int_setting("xdesktop", "width", width, *WIDTH_RANGE)
+        self.height = int_setting("xdesktop", "height", height, *HEIGHT_RANGE)
+        self.max_steps = int_setting("xdesktop", "max_steps", max_steps, 1, 10_000)
         if tasks is not None:
-            self.tasks = _check_tasks(tasks)
+            self.tasks = task_names("xdesktop", tasks, tuple(FAMILIES))
         check_packages()
         self._rng = random.Random()
         self._episode: Episode | None = None
@@ -118,17 +118,3 @@ class XDesktopHarness(Harness):
             raise HarnessError("the episode has ended (terminated or truncated): call reset() first")
         return self._episode, session
 
-
-def _check_int(name: str, value: object, low: int, high: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"{name}={value!r}; expected an int in [{low}, {high}]")
-    return value
-
-
-def _check_tasks(tasks: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(tasks, str) or not isinstance(tasks, Sequence) or not tasks:
-        raise ValueError(f"tasks={tasks!r}; expected a non-empty list of task names from {list(FAMILIES)}")
-    unknown = [task for task in tasks if task not in FAMILIES]
-    if unknown:
-        raise ValueError(f"tasks: {unknown} unknown; expected names from {list(FAMILIES)}")
-    return tuple(dict.fromkeys(tasks))

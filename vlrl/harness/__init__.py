@@ -7,6 +7,7 @@ from vlrl.harness.checker import HarnessContractError, check_harness
 from vlrl.harness.errors import ActionError, HarnessError
 from vlrl.harness.observation import Observation
 from vlrl.harness.registry import make, register, registered, resolve
+from vlrl.harness.settings import int_setting, task_names
 
 __all__ = [
     "ACTION_KINDS",
@@ -20,8 +21,10 @@ __all__ = [
     "Observation",
     "StepResult",
     "check_harness",
+    "int_setting",
     "make",
     "register",
     "registered",
     "resolve",
+    "task_names",
 ]
