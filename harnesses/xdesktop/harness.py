@@ -56,6 +56,7 @@ class XDesktopHarness(Harness):
         self._episode = None
         session.kill_apps()
         session.fresh_home()
+        session.park_pointer()
         episode = FAMILIES[name].setup(self._rng, session)
         self._episode, self._oracle_step, self._steps, self._ended = episode, 0, 0, False
         return self._observe(), {"task": name}

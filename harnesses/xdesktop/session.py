@@ -163,6 +163,12 @@ class XSession:
         self._apps.clear()
         _kill_by_home(str(self.home), keep={p.pid for p in self._system})
 
+    def park_pointer(self) -> None:
+        """Move the pointer to the screen's bottom-right corner (the last episode left it anywhere),
+        so no hover highlight or tooltip depends on what came before."""
+        corner = [str(self.width - 1), str(self.height - 1)]
+        subprocess.run(["xdotool", "mousemove", *corner], check=False, env=self.env(), capture_output=True, timeout=10)
+
     def processes(self) -> list[subprocess.Popen]:
         """Every live process of the session (for tests and accounting)."""
         return [p for p in [*self._system, *self._apps] if p.poll() is None]

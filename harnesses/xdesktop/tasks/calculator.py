@@ -33,7 +33,7 @@ from pathlib import Path
 
 from harnesses.xdesktop.session import XSession
 from harnesses.xdesktop.tasks.base import Episode, read_text, wait_for_window, window_geometry
-from harnesses.xdesktop.tasks.files import APP_TIMEOUT_S, park_pointer
+from harnesses.xdesktop.tasks.files import APP_TIMEOUT_S
 from harnesses.xdesktop.words import WORDS
 from vlrl.harness import Action, HarnessError
 
@@ -162,7 +162,6 @@ class ComputeToFile:
         text, value = expression(rng)
         path = session.home / "Documents" / f"{rng.choice(WORDS)}.txt"
         path.write_text("")
-        park_pointer(session)
         calculator = launch_galculator(session)
         place(session, calculator, *CALCULATOR_AT)
         session.launch(["mousepad", str(path)])
@@ -278,7 +277,6 @@ class ChangeSetting:
 
     def setup(self, rng: random.Random, session: XSession) -> Episode:
         setting = rng.choice(SETTINGS)
-        park_pointer(session)
         window = launch_galculator(session, **setting.start)
         if isinstance(setting.steps[0], str):
             steps = [Action.key(key) for key in setting.steps]

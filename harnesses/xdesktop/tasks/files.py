@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,13 +82,6 @@ class Folder:
         return {*self.files, *self.subfolders}
 
 
-def park_pointer(session: XSession) -> None:
-    """Move the pointer to the screen's bottom-right corner (the last episode left it anywhere),
-    so no hover highlight or tooltip depends on what came before."""
-    corner = [str(session.width - 1), str(session.height - 1)]
-    subprocess.run(["xdotool", "mousemove", *corner], check=False, env=session.env(), capture_output=True, timeout=10)
-
-
 def listing(path: Path) -> set[str] | None:
     """The names in a folder, or None when it is not a folder."""
     try:
@@ -118,7 +110,6 @@ def open_folder(rng: random.Random, session: XSession, *, files: int = 4, subfol
     profile = session.home / ".config/pcmanfm/default"
     profile.mkdir(parents=True, exist_ok=True)
     (profile / "pcmanfm.conf").write_text(_PCMANFM_CONF)
-    park_pointer(session)
     session.launch(["pcmanfm", str(folder.path)])
     wait_for_window(session, f"^{name}$", timeout_s=APP_TIMEOUT_S)
     return folder
