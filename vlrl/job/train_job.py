@@ -43,6 +43,7 @@ from vlrl.job.plots import EPISODES_DIR
 from vlrl.job.progress import Progress
 from vlrl.job.run_folder import SUMMARY_FILE
 from vlrl.job.session import JobSession, RunState
+from vlrl.pool.tenant import TenantOutcome
 from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import agent_loop_factory
 from vlrl.rollout.rollout_side import RolloutSide
@@ -223,11 +224,15 @@ class TrainJob:
                 jobs.append((episode, {"codebase": source.codebase, "env_settings": source.env.as_kwargs()}))
         outcomes = await s.pool.run_many(jobs)
         demos = [m for o in outcomes if o.status == "ok" for m in o.value.metas]
-        dropped = Counter(o.value.reason if o.status == "ok" else f"{o.status}: {o.error}"[:80] for o in outcomes)
+        dropped = Counter(o.value.reason if o.status == "ok" else _cause(o) for o in outcomes)
         dropped.pop("", None)
         s.log.log(0, "warm-start", {"demos/sequences": len(demos), "demos/episodes": len(jobs), "demos/dropped": dict(dropped)})
         if not demos:
-            raise RuntimeError(f"warm start: no demonstration succeeded ({dict(dropped)}); set warm_start=None")
+            failed = next((o for o in outcomes if o.status != "ok"), None)
+            example = f"; one of them in full:\n{failed.error}" if failed is not None else ""
+            raise RuntimeError(
+                f"warm start: no demonstration succeeded ({dict(dropped)}); set warm_start=None{example}"
+            )
         return demos
 
     async def _rl(self, s: JobSession, state: RunState) -> None:
@@ -386,3 +391,8 @@ def _first(records: list[dict[str, Any]], key: str) -> Any:
 def book_metrics_last(records: list[dict[str, Any]]) -> dict[str, Any]:
     rl = [r for r in records if r.get("phase") == "rl"]
     return {k.removeprefix("groups/"): v for k, v in rl[-1].items() if k.startswith("groups/")} if rl else {}
+
+
+def _cause(outcome: TenantOutcome) -> str:
+    """A failed run's status and the first line of its error, whole: failures group by cause."""
+    return f"{outcome.status}: {(outcome.error or '').splitlines()[0] if outcome.error else 'no error'}"

@@ -181,7 +181,7 @@ class HarnessPool:
         env_lease: HostLease | None = await env_pool.acquire() if env_pool is not None else None
         try:
             assignment = (
-                EnvAssignment(env_lease.host, env_lease.index, settings) if env_lease is not None else None
+                EnvAssignment(env_lease.host, env_lease.index, codebase, settings) if env_lease is not None else None
             )
             outcome = await loop_lease.host.run.remote(run_id, tenant, assignment)
         except RayActorError as error:

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
-from vlrl.harness import Action, Observation, StepResult
+from vlrl.harness import Action, ActionError, Observation, StepResult
+from vlrl.pool.remote_errors import EnvCallError, cause_of
 
 T = TypeVar("T")
 
@@ -43,27 +44,42 @@ class EnvAssignment:
 
     host: Any
     host_index: int
+    codebase: str
+    """The harness codebase of the host's pool (errors name it)."""
     settings: dict[str, Any] = field(default_factory=dict)
 
 
 class EnvSession:
-    """A tenant's harness instance on an env host: every call is one Ray call to that host."""
+    """A tenant's harness instance on an env host: every call is one Ray call to that host. An
+    action the harness refuses comes back as its ``ActionError`` (an invalid action, for the
+    agent); any other error of the call as an ``EnvCallError`` naming codebase, call and cause."""
 
     def __init__(self, assignment: EnvAssignment, instance_id: str) -> None:
         self._host = assignment.host
+        self._codebase = assignment.codebase
         self.instance_id = instance_id
 
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict]:
-        return await self._host.reset.remote(self.instance_id, seed, options)
+        return await _call(self._host, self._codebase, "reset", self.instance_id, seed, options)
 
     async def step(self, action: Action) -> StepResult:
-        return await self._host.step.remote(self.instance_id, action)
+        return await _call(self._host, self._codebase, "step", self.instance_id, action)
 
     async def oracle(self) -> Action | None:
-        return await self._host.oracle.remote(self.instance_id)
+        return await _call(self._host, self._codebase, "oracle", self.instance_id)
 
     async def release(self) -> None:
-        await self._host.release.remote(self.instance_id)
+        await _call(self._host, self._codebase, "release", self.instance_id)
+
+
+async def _call(host: Any, codebase: str, method: str, *args: Any) -> Any:
+    try:
+        return await getattr(host, method).remote(*args)
+    except RayTaskError as error:
+        cause = cause_of(error)
+        if isinstance(cause, ActionError):
+            raise cause from None
+        raise EnvCallError(codebase, f"{method}()", error) from None
 
 
 class TenantContext:
@@ -91,7 +107,7 @@ class TenantContext:
         if self._env is None:
             raise RuntimeError(f"tenant {self.tenant_id}: no env host was assigned to it")
         instance_id = f"{self.tenant_id}/{len(self._sessions)}"
-        await self._env.host.open.remote(instance_id, self._env.settings)
+        await _call(self._env.host, self._env.codebase, "open", instance_id, self._env.settings)
         session = EnvSession(self._env, instance_id)
         self._sessions.append(session)
         return session
