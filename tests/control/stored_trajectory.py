@@ -64,3 +64,14 @@ class StoredTrajectory:
                 images=(image,), image_offsets=((1, 0),),
             )
         ]
+
+
+@dataclass(frozen=True)
+class LostImageTrajectory(StoredTrajectory):
+    """As ``StoredTrajectory``, then its screenshot's key is deleted before the driver sees the
+    group: what happens when the driver collects a shared image key that the rollout reused."""
+
+    async def run(self, ctx: TenantContext) -> list[SeqMeta]:
+        metas = await super().run(ctx)
+        ctx.shared["store"].delete([item.store_key for meta in metas for item in meta.images], missing_ok=True)
+        return metas

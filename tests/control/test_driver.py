@@ -192,3 +192,24 @@ def test_late_grader_rewrites_rewards_before_acceptance(parts):
     for group in batch.groups:
         assert [m.reward for m in group.metas] == [1.0, 0.0, 0.0, 0.0]
     assert _balanced(driver.book) and store.stats().keys == 0
+
+
+def test_a_group_whose_shared_image_was_collected_fails_counted_and_leaves_no_key(parts):
+    from tests.control.stored_trajectory import LostImageTrajectory
+
+    pool, store = parts
+    lost = lambda source, seed, group_id, index: LostImageTrajectory(source, seed, group_id, index, 0, True)  # noqa: E731
+    driver = Driver(Driver.Config(groups_per_batch=1, stall_groups=2), [A], pool, store, tenant_factory=lost)
+
+    async def main():
+        try:
+            await driver.next_batch(policy_version=0)
+        finally:
+            await driver.close()
+
+    with pytest.raises(DriverStalled, match="shared image key"):
+        asyncio.run(main())
+    book = driver.book
+    assert book.failed >= 2 and book.accepted == 0 and _balanced(book)
+    assert any("shared image key(s) were collected" in reason for reason in book.reasons)
+    assert store.stats().keys == 0

@@ -274,11 +274,18 @@ class Driver:
             self._in_flight[source.name] -= 1
         metas = tuple(meta for outcome in outcomes if outcome.status == "ok" for meta in outcome.value)
         failed = [outcome for outcome in outcomes if outcome.status != "ok"]
-        if failed:
-            self.store.delete([meta.key for meta in metas], missing_ok=True)
-            self._leave("failed", _failure_reason(failed))
-            return
+        # Referenced at once, before any await: no image of these metas is collected from here on.
         self.images.add(metas)
+        lost = self._lost_images(metas)
+        if failed or lost:
+            self.store.delete([meta.key for meta in metas], missing_ok=True)
+            self.images.release(metas, self._version)  # images only this group wrote are collected too
+            reason = _failure_reason(failed) if failed else (
+                f"{len(lost)} shared image key(s) were collected between the rollout's store check and the"
+                " group's arrival"
+            )
+            self._leave("failed", reason)
+            return
         if self.grader is not None:
             self.grader.submit(metas)
         else:
@@ -336,6 +343,13 @@ class Driver:
     def _leave(self, status: str, reason: str) -> None:
         setattr(self.book, status, getattr(self.book, status) + 1)
         self.book.reasons[f"{status}: {_reason_kind(reason)}"] += 1
+
+    def _lost_images(self, metas: tuple[SeqMeta, ...]) -> list[str]:
+        """Image keys of ``metas`` no longer in the store. A rollout reuses an image key it finds
+        stored (``store_image`` skips the write), and the driver may collect that key after the
+        check and before the group arrives; such a group would fail at pixel fetch in training."""
+        keys = sorted({item.store_key for meta in metas for item in meta.images})
+        return [key for key, present in zip(keys, self.store.contains(keys) if keys else []) if not present]
 
     def _delete_images(self, keys: list[str]) -> None:
         if keys:
