@@ -66,7 +66,6 @@ def test_engine_and_trainer_agree_with_transformers_before_and_after_a_step(stor
 
         group.save(tmp_path / "ckpt", {})
         saved = family(name).model_class.from_pretrained(str(tmp_path / "ckpt" / "hf")).eval()
-        assert type(saved) is type(model)
         reloaded = reference_token_logprobs(saved, processor, row["token_ids"], pixels)
         np.testing.assert_allclose(reloaded, trainer_side, atol=1e-6)
     finally:
