@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from vlrl.config import ConfigError, DataSource, Ge
 from vlrl.pool.episode import ScriptedEpisode
 from vlrl.pool.harness_pool import HarnessPool
+from vlrl.pool.preflight import check_harness_settings
 from vlrl.pool.ray_runtime import RayRuntime
 from vlrl.pool.sources import check_sources_have_pools
 
@@ -57,6 +58,7 @@ class ScriptedRollout:
         import ray
 
         config = self.config
+        check_harness_settings(config.sources)
         started_ray = config.ray.ensure()
         pool = config.pool.build()
         try:

@@ -47,6 +47,7 @@ class PolicyRollout:
         import ray
 
         config = self.config
+        config.preflight()
         started_ray = config.ray.ensure()
         with tempfile.TemporaryDirectory(prefix="vlrl-model-") as scratch:
             model_path = config.model_path

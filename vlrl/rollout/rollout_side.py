@@ -9,6 +9,7 @@ from typing import Annotated
 from vlrl.config import ConfigError, DataSource, Ge, NonEmpty
 from vlrl.models import ModelFamilyError, TinyModel, family_of
 from vlrl.pool.harness_pool import HarnessPool
+from vlrl.pool.preflight import check_harness_settings
 from vlrl.pool.ray_runtime import RayRuntime
 from vlrl.pool.sources import check_sources_have_pools
 from vlrl.rollout.client import InferenceClient
@@ -65,3 +66,8 @@ class RolloutSide:
                     "model_path", self.model_path, "a checkpoint folder of a supported model family", hint=str(error)
                 ) from None
         check_sources_have_pools(self.sources, self.pool.budget.shares)
+
+    def preflight(self) -> None:
+        """What is checked after validation and before Ray starts: every source's harness builds
+        with its settings (``pool.preflight``), so a refused keyword fails here, not on the hosts."""
+        check_harness_settings(self.sources)
