@@ -1,4 +1,4 @@
-"""The ``vlrl`` command: ``train``, ``rollout``, ``serve``, ``bench``, ``plot`` and ``check``.
+"""The ``vlrl`` command: ``train``, ``rollout``, ``eval``, ``serve``, ``bench``, ``plot`` and ``check``.
 
 Cheap to import on purpose: torch and ray come in with the components a recipe builds, and the
 bench runner only when ``vlrl bench`` runs, so ``vlrl --help`` answers at once. A bad recipe or
@@ -41,6 +41,7 @@ def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(commands)
     _add_rollout(commands)
+    _add_eval(commands)
     _add_serve(commands)
     _add_plot(commands)
     _add_bench(commands, with_bench)
@@ -83,6 +84,47 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
     )
     _add_recipe_arguments(rollout)
     rollout.set_defaults(handler=_run_recipe)
+
+
+def _add_eval(commands: argparse._SubParsersAction) -> None:
+    evaluate = _add_command(
+        commands,
+        "eval",
+        "evaluate a policy on held-out harness tasks",
+        "Evaluate a policy on held-out seeds (1,000,000 onwards: no training group uses them), greedy by\n"
+        "default, and write a report: success per source and per task family with standard errors,\n"
+        "chance (random clicks) on the same seeds, annotated episodes. The policy is TARGET (a run\n"
+        "folder: its newest checkpoint; a checkpoint folder; a Hugging Face folder) on embedded engines,\n"
+        "or the model behind --endpoint (vlrl serve). The tasks are --recipe's sources, --harness's,\n"
+        "or else the run folder's. Ends with a JSON line; OUT/eval.json and OUT/report.md hold the rest.",
+        "examples:\n"
+        "  vlrl eval runs/train_click\n"
+        "  vlrl eval runs/train_click/checkpoints/step-000050 --episodes 200\n"
+        "  vlrl eval --endpoint http://127.0.0.1:8000 --harness desktop --tasks click-target\n"
+        "  vlrl eval --endpoint http://gpu-node:8000 --processor ckpt/hf --recipe examples/train_click.py",
+    )
+    evaluate.add_argument("target", nargs="?", metavar="TARGET", help="run folder, checkpoint folder or Hugging Face folder")
+    evaluate.add_argument("--endpoint", metavar="URL", help="evaluate the model of this OpenAI-compatible server (vlrl serve)")
+    evaluate.add_argument("--api-key", default=os.environ.get("VLRL_API_KEY"), help="bearer key of --endpoint (default: $VLRL_API_KEY)")
+    evaluate.add_argument("--model-name", metavar="NAME", help="model id to request from --endpoint (default: the first it lists)")
+    evaluate.add_argument(
+        "--processor", metavar="PATH", help="checkpoint whose processor builds --endpoint's prompts (default: TARGET, else the listed model's folder)"
+    )
+    evaluate.add_argument("--recipe", metavar="RECIPE", help="take the data sources (and pool, engine, client) from this training recipe")
+    evaluate.add_argument("--harness", metavar="ID", help="evaluate on this harness codebase's tasks (default settings)")
+    evaluate.add_argument("--tasks", metavar="A,B", help="task families of --harness (default: all of them)")
+    evaluate.add_argument("--episodes", type=int, default=64, help="held-out episodes per source (default: %(default)s)")
+    evaluate.add_argument("--seed", type=int, help="first held-out seed (default: 1000000)")
+    evaluate.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: %(default)s, greedy)")
+    evaluate.add_argument("--screenshots", type=int, default=8, help="annotated episodes per source (default: %(default)s)")
+    evaluate.add_argument("--no-chance", action="store_true", help="skip measuring chance level on the same seeds")
+    evaluate.add_argument("--out", metavar="DIR", help="report folder (default: TARGET/eval, else runs/eval)")
+    evaluate.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a field of the evaluation config (repeatable): sources[0].agent.max_turns=3, eval.episodes=16",
+    )  # fmt: skip
+    evaluate.add_argument("--print-config", action="store_true", help="print the validated config and exit")
+    evaluate.set_defaults(handler=_eval)
 
 
 def _add_serve(commands: argparse._SubParsersAction) -> None:
@@ -234,6 +276,20 @@ def _check(args: argparse.Namespace) -> int:
     except KindError as error:
         return _fail(str(error))
     print(f"{args.kind} {args.id!r}: every rule passed")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from vlrl.job.eval_cli import eval_config
+
+    try:
+        config = eval_config(args)
+    except FileNotFoundError as error:
+        return _fail(str(error))
+    if args.print_config:
+        print(render(config), end="")
+        return 0
+    config.build().run()
     return 0
 
 

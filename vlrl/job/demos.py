@@ -122,6 +122,7 @@ class DemoEpisode:
                 success=True,
                 finish=episode.finish,
                 patch_rule=runtime.patch_rule,
+                task=episode.task,
             )
             return tuple(metas)
 

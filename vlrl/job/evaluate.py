@@ -53,6 +53,26 @@ class Evaluation:
     """Also measure chance level (uniformly random clicks) on the same seeds, once per run."""
 
 
+@dataclass(frozen=True, slots=True)
+class EpisodeRecord:
+    """One evaluation episode as reports list it (``vlrl eval``'s per-episode table)."""
+
+    source: str
+    seed: int
+    task: str
+    """Task family the harness drew ('' when it does not say)."""
+    success: bool
+    reward: float
+    turns: int
+    response_tokens: int
+    finish: str
+    """Why it ended (``SeqMeta.finish``), or 'failed' when no episode came back."""
+    error: str = ""
+    """For a failed episode: its status and the first line of its error, whole."""
+    replies: tuple[str, ...] = ()
+    """The policy's decoded reply of every turn (when ``evaluate`` was asked for them)."""
+
+
 @dataclass(slots=True)
 class SourceScore:
     episodes: int = 0
@@ -77,6 +97,7 @@ class SourceScore:
 class EvalResult:
     sources: dict[str, SourceScore] = field(default_factory=dict)
     screenshots: list[Path] = field(default_factory=list)
+    episodes: list[EpisodeRecord] = field(default_factory=list)
 
     @property
     def success(self) -> float:
@@ -114,8 +135,10 @@ async def evaluate(
     tag: str,
     annotator: Annotator | None = None,
     screenshot_dir: Path | None = None,
+    replies: bool = False,
 ) -> EvalResult:
-    """Play ``config.episodes`` held-out episodes per source; score them, draw a few, delete their keys."""
+    """Play ``config.episodes`` held-out episodes per source; score them, draw a few, delete their
+    keys. ``replies`` (with an ``annotator`` to decode them) lists every turn's reply per episode."""
     jobs, owners = [], []
     for source in sources:
         evaluated = replace(source, agent=replace(source.agent, temperature=config.temperature))
@@ -124,17 +147,22 @@ async def evaluate(
             loop = AgentLoop(evaluated, seed=seed, group_id=f"eval-{tag}/{source.name}/{seed}", sample_index=0)
             kwargs = {"codebase": source.codebase, "env_settings": source.env.as_kwargs(), "tenant_id": f"eval-{tag}/{source.name}/{seed}"}
             jobs.append((loop, kwargs))
-            owners.append(source.name)
+            owners.append((source.name, seed))
     outcomes = await pool.run_many(jobs)
     result = EvalResult({source.name: SourceScore() for source in sources})
     per_source: dict[str, list[list[SeqMeta]]] = defaultdict(list)
-    for name, outcome in zip(owners, outcomes):
+    played: dict[int, list[SeqMeta]] = {}
+    for (name, seed), outcome in zip(owners, outcomes):
         score = result.sources[name]
         score.episodes += 1
         if outcome.status != "ok" or not outcome.value:
             score.failed += 1
+            error = (outcome.error or "no episode came back").splitlines()[0]
+            result.episodes.append(EpisodeRecord(name, seed, "", False, 0.0, 0, 0, "failed", f"{outcome.status}: {error}"))
             continue
         per_source[name].append(outcome.value)
+        played[len(result.episodes)] = outcome.value
+        result.episodes.append(_record(name, seed, outcome.value))
     for name, trajectories in per_source.items():
         score, n = result.sources[name], len(trajectories)
         score.success = sum(metas[0].success for metas in trajectories) / n
@@ -143,6 +171,8 @@ async def evaluate(
         score.response_tokens = sum(sum(m.num_response_tokens for m in metas) for metas in trajectories) / n
     metas = [meta for trajectories in per_source.values() for metas in trajectories for meta in metas]
     try:
+        if replies and annotator is not None:
+            result.episodes = await asyncio.to_thread(_with_replies, result.episodes, played, store, annotator.tokenizer)
         if annotator is not None and screenshot_dir is not None and config.screenshots:
             screenshot_dir.mkdir(parents=True, exist_ok=True)
             for name, trajectories in per_source.items():
@@ -173,6 +203,25 @@ async def chance(pool: HarnessPool, sources: list[DataSource], config: Evaluatio
         if outcome.status == "ok":
             wins[name].append(bool(outcome.value.success))
     return {name: float(np.mean(w)) if w else 0.0 for name, w in wins.items()}
+
+
+def _record(source: str, seed: int, metas: list[SeqMeta]) -> EpisodeRecord:
+    first = metas[0]
+    return EpisodeRecord(
+        source, seed, first.task, first.success, first.reward, sum(m.turns for m in metas),
+        sum(m.num_response_tokens for m in metas), first.finish,
+    )  # fmt: skip
+
+
+def _with_replies(episodes: list[EpisodeRecord], played: dict[int, list[SeqMeta]], store: Any, tokenizer: Any) -> list[EpisodeRecord]:
+    """``episodes`` with the decoded replies of every turn, read back from the store
+    (``played``: index of an episode -> its sequences)."""
+    rows = store.get([m.key for metas in played.values() for m in metas], fields=[TOKEN_IDS, LOSS_MASK])
+    out = list(episodes)
+    for index, metas in played.items():
+        answers = [a for m in metas for a in _answers(rows[m.key][TOKEN_IDS], rows[m.key][LOSS_MASK])]
+        out[index] = replace(out[index], replies=tuple(tokenizer.decode(a, skip_special_tokens=True) for a in answers))
+    return out
 
 
 def annotate(store: Any, meta: SeqMeta, annotator: Annotator, action_format: str) -> Any:

@@ -1,7 +1,7 @@
 """What a ``vlrl train`` run holds while it lasts, and where it stands.
 
-``JobSession`` builds and tears down the run's resources (run folder, model, engines, an OPD
-teacher, store, Harness Pool, logs, the progress line) and offers the job what it needs from
+``JobSession`` builds and tears down the run's resources (run folder, logs and experiment
+trackers, the progress line, model, engines, an OPD teacher, store, Harness Pool) and offers the job what it needs from
 them: trainer groups, weight pushes, checkpoint folders, store clean-up and figures.
 ``RunState`` is what ``state.json`` next to every checkpoint records for ``--resume``.
 """
@@ -21,7 +21,8 @@ from vlrl.job.meters import RolloutMeter
 from vlrl.job.metrics_log import METRICS_FILE, TB_DIR, MetricsLog
 from vlrl.job.plots import EPISODES_DIR, PLOTS_DIR
 from vlrl.job.progress import Progress
-from vlrl.job.run_folder import CHECKPOINTS, STATE_FILE, SUMMARY_FILE, newest_checkpoint
+from vlrl.job.run_folder import CHECKPOINTS, STATE_FILE, SUMMARY_FILE, newest_checkpoint, write_sources
+from vlrl.job.tracking import IDS_FILE
 from vlrl.models import family_of
 from vlrl.records import SeqMeta
 from vlrl.rollout.loop_setup import LoopSetup
@@ -60,22 +61,34 @@ class JobSession:
         self.engine_version = 0
 
     def __enter__(self) -> JobSession:
+        config = self.config
+        if not config.resume:
+            self._clear()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_sources(self.run_dir, config.sources)
+        # trackers first: a refused login or server fails the run before the model and engines load
+        self.log = MetricsLog(self.run_dir, tensorboard=config.tensorboard, trackers=config.tracking.start(self.run_dir, config))
+        self.progress = Progress(config.progress)
+        try:
+            self._start()
+        except BaseException:
+            self.log.close(failed=True)
+            raise
+        return self
+
+    def _start(self) -> None:
+        """Model, engines, teacher, store and pool: what ``__exit__`` ends."""
         import ray
         from transformers import AutoProcessor
 
         from vlrl.mm import patch_rule_of
 
         config = self.config
-        if not config.resume:
-            self._clear()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model_path = self._model()
         self.family = family_of(self.model_path)
         """The policy's model family (the summary's ``model_family``)."""
         processor = AutoProcessor.from_pretrained(self.model_path)
         self.annotator = Annotator(processor.tokenizer, patch_rule_of(processor))
-        self.log = MetricsLog(self.run_dir, tensorboard=config.tensorboard)
-        self.progress = Progress(config.progress, total_steps=config.steps)
         self.engines = [config.engine.build(model_path=self.model_path) for _ in range(config.replicas)]
         self.teacher = None
         self.store = config.store.build()
@@ -89,7 +102,6 @@ class JobSession:
             raise
         self.meter = RolloutMeter(self.pool, [source.name for source in config.sources])
         self.probe(None)
-        return self
 
     def __exit__(self, *exc: object) -> None:
         import ray
@@ -98,7 +110,7 @@ class JobSession:
             self.pool.shutdown()
         finally:
             self._end_engines_and_store(ray)
-            self.log.close()
+            self.log.close(failed=exc[0] is not None)
 
     def _end_engines_and_store(self, ray: Any) -> None:
         for engine in [*self.engines, *([self.teacher] if self.teacher is not None else [])]:
@@ -109,7 +121,7 @@ class JobSession:
         """A fresh run: remove what an earlier run in this folder left (only the job's own files)."""
         for name in (CHECKPOINTS, TB_DIR, EPISODES_DIR, PLOTS_DIR, "model"):
             shutil.rmtree(self.run_dir / name, ignore_errors=True)
-        for name in (METRICS_FILE, SUMMARY_FILE):
+        for name in (METRICS_FILE, SUMMARY_FILE, IDS_FILE):
             (self.run_dir / name).unlink(missing_ok=True)
 
     def _model(self) -> str:

@@ -56,6 +56,8 @@ class Episode:
     """The actions the harness ran, in order."""
     info: dict[str, Any]
     """The harness's last ``info``."""
+    task: str = ""
+    """The task family reset drew (its ``info["task"]``; '' when the harness does not say)."""
     stopped: str = ""
     """The player's reason when it stopped the episode ('' when it did not)."""
 
@@ -74,12 +76,13 @@ async def play_episode(
     ``invalid_penalty``: what an invalid reply or a refused action costs; None for a player that
     never makes one (a scripted policy), whose ``ActionError`` then propagates as the bug it is."""
     obs, info = await env.reset(seed=seed, options=options)
+    task = str(info.get("task") or (options or {}).get("task") or "")
     reward, success, finish, note = 0.0, False, "max_turns", obs.goal or ""
     actions: list[Action] = []
     for _ in range(max_turns):
         move = await player(obs, note)
         if isinstance(move, Stop):
-            return Episode(reward, False, finish, tuple(actions), info, stopped=move.reason)
+            return Episode(reward, False, finish, tuple(actions), info, task, stopped=move.reason)
         try:
             if isinstance(move, Invalid):
                 raise ActionError(move.feedback)
@@ -97,7 +100,7 @@ async def play_episode(
             finish = "done" if terminated else "truncated"
             success = bool(info.get("success", step_reward > 0))
             break
-    return Episode(reward, success, finish, tuple(actions), info)
+    return Episode(reward, success, finish, tuple(actions), info, task)
 
 
 @dataclass(frozen=True, slots=True)

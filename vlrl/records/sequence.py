@@ -52,6 +52,9 @@ class SeqMeta:
     """(token offset of the image's first placeholder, index into ``images``) per occurrence."""
     extra_fields: tuple[str, ...] = ()
     """Names of the optional per-token payload fields (``extra/...``) this sequence has."""
+    task: str = ""
+    """The task family the episode was drawn from (the harness's ``info["task"]`` at reset; ''
+    when the harness does not say): per-task success in evaluation reports."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:

@@ -121,6 +121,7 @@ class AgentLoop:
                 success=episode.success,
                 finish=episode.finish,
                 patch_rule=runtime.patch_rule,
+                task=episode.task,
             )
         )
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from vlrl.rollout.agent_loop import LoopRuntime
 from vlrl.rollout.client import InferenceClient
+from vlrl.rollout.http_endpoint import OpenAIEndpoint
 from vlrl.rollout.ray_endpoint import RayEndpoint
 
 
@@ -24,6 +25,9 @@ class LoopSetup:
     store: Any
     """A store client that can cross processes (RayStore or TransferQueueStore)."""
     client: InferenceClient.Config = field(default_factory=InferenceClient.Config)
+    http: tuple[OpenAIEndpoint.Config, ...] = ()
+    """Replicas reached over HTTP (``vlrl serve``, or a server speaking its token-in dialect),
+    served beside (or instead of) ``engines``."""
 
     def __call__(self) -> dict[str, Any]:
         from transformers import AutoProcessor
@@ -32,6 +36,7 @@ class LoopSetup:
 
         processor = AutoProcessor.from_pretrained(self.model_path)
         endpoints = [RayEndpoint(engine, f"engine-{i}") for i, engine in enumerate(self.engines)]
+        endpoints += [config.build() for config in self.http]
         runtime = LoopRuntime(
             client=InferenceClient(endpoints, self.client),
             tokenizer=processor.tokenizer,

@@ -124,6 +124,7 @@ class Trajectory:
         success: bool,
         finish: Finish,
         patch_rule: PatchRule,
+        task: str = "",
     ) -> list[SeqMeta]:
         """Write every sequence's payload once; return their metadata (the trajectory's reward on each)."""
         stored: dict[str, Any] = {}
@@ -157,6 +158,7 @@ class Trajectory:
                         for offset, image in zip(sequence.image_offsets, sequence.images)
                     ),
                     extra_fields=tuple(name for name in payload if name.startswith(EXTRA_PREFIX)),
+                    task=task,
                 )
             )
         return metas

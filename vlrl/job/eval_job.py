@@ -1,0 +1,163 @@
+"""``vlrl eval``: one policy's held-out success on harness tasks, with a JSON and a Markdown report.
+
+The policy is a checkpoint folder served by embedded engine replicas (as in training), or any
+server speaking ``vlrl serve``'s token-in dialect (``endpoint``); either way the episodes are
+ordinary Agent Loops on the Harness Pool, the prompts built by the checkpoint's processor
+(``model_path``), so the same policy scores the same on the same seeds both ways. Evaluation
+uses the seeds ``eval.seed ..`` that no training group or demonstration of ``vlrl train`` uses,
+greedy by default, and measures chance (uniformly random clicks) on the same seeds.
+
+The run folder ``out_dir`` gets ``eval.json`` (every figure and every episode), ``report.md``
+and ``episodes/*.png`` (annotated episodes: where the policy clicked); the last line of stdout
+is the JSON summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from vlrl.config import ConfigError, NonEmpty
+from vlrl.job.eval_report import build_report, markdown, summary_of
+from vlrl.job.evaluate import Annotator, Evaluation, chance, evaluate
+from vlrl.rollout.http_endpoint import OpenAIEndpoint
+from vlrl.rollout.loop_setup import LoopSetup
+from vlrl.rollout.rollout_side import TINY, RolloutSide
+
+REPORT_JSON = "eval.json"
+REPORT_MD = "report.md"
+
+
+class EvalJob:
+    @dataclass(kw_only=True, slots=True)
+    class Config(RolloutSide):
+        """Held-out evaluation of one policy on the data sources' tasks (``vlrl eval``)."""
+
+        endpoint: OpenAIEndpoint.Config | None = None
+        """Evaluate the model behind this server (``vlrl serve``'s token-in dialect) instead of
+        serving ``model_path`` on embedded engines; ``model_path`` then names the checkpoint
+        whose processor (tokenizer, chat template, image rule) builds the prompts."""
+
+        eval: Evaluation = field(default_factory=Evaluation)
+        """Episodes per source, seeds, temperature, annotated episodes and chance (``every`` is
+        training's and unused here)."""
+
+        out_dir: Annotated[str, NonEmpty()] = "runs/eval"
+        """Folder of the report: eval.json, report.md and episodes/."""
+
+        label: str = ""
+        """What the report calls the policy ('' : the checkpoint, or the endpoint's URL)."""
+
+        def check(self) -> None:
+            RolloutSide.check(self)
+            if self.endpoint is not None and self.model_path == TINY:
+                raise ConfigError(
+                    "model_path", self.model_path, "the checkpoint folder whose processor builds the endpoint's prompts"
+                )
+
+        def build(self) -> EvalJob:
+            return EvalJob(self)
+
+    def __init__(self, config: EvalJob.Config) -> None:
+        self.config = config
+
+    def run(self) -> dict[str, Any]:
+        """Evaluate, write the report, print the JSON summary as the last line and return it."""
+        import ray
+
+        config = self.config
+        config.preflight()
+        started = time.perf_counter()
+        started_ray = config.ray.ensure()
+        try:
+            with tempfile.TemporaryDirectory(prefix="vlrl-eval-") as scratch:
+                model_path = config.model_path
+                if model_path == TINY:
+                    model_path = str(config.tiny.build(Path(scratch) / "tiny"))
+                report = self._evaluate(ray, model_path)
+        finally:
+            if started_ray:
+                ray.shutdown()
+        report["wall_s"] = round(time.perf_counter() - started, 1)
+        out = Path(config.out_dir)
+        (out / REPORT_JSON).write_text(json.dumps(report, indent=2))
+        (out / REPORT_MD).write_text(markdown(report))
+        summary = {**summary_of(report), "report": str(out / REPORT_MD)}
+        print(json.dumps(summary), flush=True)
+        return summary
+
+    def _evaluate(self, ray: Any, model_path: str) -> dict[str, Any]:
+        from transformers import AutoProcessor
+
+        from vlrl.mm import patch_rule_of
+
+        config = self.config
+        out = Path(config.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        processor = AutoProcessor.from_pretrained(model_path)
+        annotator = Annotator(processor.tokenizer, patch_rule_of(processor))
+        engines = [] if config.endpoint else [config.engine.build(model_path=model_path) for _ in range(config.replicas)]
+        http = (config.endpoint,) if config.endpoint else ()
+        store = config.store.build()
+        pool = None
+        try:
+            pool = config.pool.build(loop_setup=LoopSetup(model_path, tuple(engines), store, config.client, http))
+            result, by_chance = asyncio.run(self._play(pool, store, annotator, out / "episodes"))
+            keys_left = store.stats().keys
+        finally:
+            if pool is not None:
+                pool.shutdown()
+            for engine in engines:
+                ray.kill(engine)
+            store.destroy()
+        about = {
+            "policy": config.label or (config.endpoint.base_url if config.endpoint else config.model_path),
+            "endpoint": config.endpoint.base_url if config.endpoint else None,
+            "processor": config.model_path,
+            "seed": config.eval.seed,
+            "episodes_per_source": config.eval.episodes,
+            "temperature": config.eval.temperature,
+            "store_keys_left": keys_left,
+        }
+        return build_report(result, chance=by_chance, about=about)
+
+    async def _play(self, pool: Any, store: Any, annotator: Annotator, pictures: Path) -> tuple[Any, Any]:
+        config = self.config
+        result = await evaluate(pool, store, config.sources, config.eval, tag="eval", annotator=annotator, screenshot_dir=pictures, replies=True)
+        return result, await chance(pool, config.sources, config.eval) if config.eval.chance else None
+
+
+def resolve_target(path: Path) -> tuple[Path, Path | None]:
+    """``(checkpoint folder, run folder or None)`` of what ``vlrl eval TARGET`` names: a run folder
+    (its newest complete checkpoint, else the base model it started from), a checkpoint folder
+    holding ``hf/``, or a Hugging Face folder itself."""
+    from vlrl.job.run_folder import SOURCES_FILE, newest_checkpoint
+
+    if (path / SOURCES_FILE).exists():
+        newest = newest_checkpoint(path)
+        checkpoint = newest / "hf" if newest is not None else path / "model"
+        if not (checkpoint / "config.json").exists():
+            raise FileNotFoundError(f"{path}: a run folder without a checkpoint or a base model to evaluate")
+        return checkpoint, path
+    for candidate in (path, path / "hf"):
+        if (candidate / "config.json").exists():
+            return candidate, None
+    raise FileNotFoundError(f"{path}: not a run folder (no sources.json) nor a checkpoint folder (no config.json)")
+
+
+def listed_model(endpoint: OpenAIEndpoint.Config) -> str | None:
+    """The first model id the server lists, when it is a local folder (``vlrl serve --model PATH``
+    lists its path): the processor the prompts are built with."""
+    import urllib.request
+
+    root = endpoint.base_url.rstrip("/").removesuffix("/v1")
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    with urllib.request.urlopen(urllib.request.Request(root + "/v1/models", headers=headers), timeout=30) as answer:
+        models = json.loads(answer.read())["data"]
+    name = models[0]["id"] if models else None
+    return name if name and (Path(name) / "config.json").exists() else None
