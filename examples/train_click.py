@@ -15,19 +15,16 @@ batch. The task is the simplest desktop family, click-target, at 160x120 with no
 in the screenshot and click inside it; clicking the window's close box fails the episode.
 """
 
-from vlrl.config import AgentBehaviour, DataSource, EnvSettings
-from vlrl.control.driver import Driver
-from vlrl.control.group_hook import GroupHook
-from vlrl.job.demos import WarmStart
-from vlrl.job.evaluate import Evaluation
-from vlrl.job.train_job import TrainJob
-from vlrl.models import TinyModel
-from vlrl.pack import MicroBatchPlanner
-from vlrl.pool import HarnessPool, HostBudget
-from vlrl.rollout.engine import EmbeddedEngine
-from vlrl.train.loss import PolicyLoss
-from vlrl.train.trainer import Trainer
-from vlrl.train.trainer_group import TrainerGroup
+from vlrl.recipes import (
+    AgentBehaviour,
+    DataSource,
+    EnvSettings,
+    Evaluation,
+    HostBudget,
+    TrainJob,
+    WarmStart,
+    base_recipe,
+)
 
 
 def click_source(**overrides) -> DataSource:
@@ -43,29 +40,8 @@ def click_source(**overrides) -> DataSource:
 
 
 def recipe() -> TrainJob.Config:
-    """The main job: warm start on 512 demonstrations, then GRPO."""
-    return TrainJob.Config(
-        run_dir="runs/train_click",
-        tiny=TinyModel(rope_theta=10.0),
-        engine=EmbeddedEngine.Config(cpus=0, max_batch=32, torch_threads=2),
-        pool=HarnessPool.Config(budget=HostBudget(total_hosts=3, shares={"loop": 1, "desktop": 2})),
-        sources=[click_source()],
-        driver=Driver.Config(
-            groups_per_batch=8, max_staleness=1, max_groups_in_flight=16, prefetch_batches=1, hook=GroupHook.Config()
-        ),
-        trainer=TrainerGroup.Config(
-            cpus_per_worker=1,
-            trainer=Trainer.Config(
-                lr=1e-3,
-                loss=PolicyLoss.Config(kind="grpo"),
-                micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
-            ),
-        ),
-        warm_start=WarmStart(episodes=512, steps=250, sequences_per_step=32, lr=1e-2, point_grid=7),
-        steps=50,
-        eval=Evaluation(episodes=200, every=10),
-        checkpoint_every=10,
-    )
+    """The main job: ``base_recipe`` on click-target (warm start on 512 demonstrations, then GRPO)."""
+    return base_recipe([click_source()], run_dir="runs/train_click")
 
 
 def small() -> TrainJob.Config:

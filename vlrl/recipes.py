@@ -1,0 +1,120 @@
+"""What a recipe builds a run from, importable from one module, and the base recipe.
+
+    from vlrl.recipes import DataSource, EnvSettings, AgentBehaviour, base_recipe
+
+    def recipe():
+        source = DataSource(name="mine", codebase="my-harness", env=EnvSettings(width=160, height=120))
+        return base_recipe([source], run_dir="runs/mine")
+
+Every config class a recipe sets is here under the name its ``--set`` selection uses
+(``store=RayStore``); the modules they live in are implementation detail.
+
+``TrainJob.Config()``'s own defaults (learning rate 1e-5, 65,536 tokens per micro-batch, no warm
+start) are those of a real multi-billion-parameter checkpoint on GPUs. ``base_recipe`` instead
+holds the settings measured to learn with the untrained tiny model on 2 CPU cores: the README's
+main job is ``base_recipe`` on the click-target source (held-out success 0.00 -> 0.775 after the
+warm start -> 0.875 after 50 GRPO steps, 294 s).
+"""
+
+from __future__ import annotations
+
+from encoders.spec import EncoderSpec
+from vlrl.config import AgentBehaviour, DataSource, EnvSettings
+from vlrl.control.driver import Driver
+from vlrl.control.grader import GraderRunner
+from vlrl.control.group_hook import GroupHook
+from vlrl.control.penalties import OverlongPenalty
+from vlrl.control.sampler import PassRateSampler
+from vlrl.job.demos import WarmStart
+from vlrl.job.distill import Teacher
+from vlrl.job.eval_job import EvalJob
+from vlrl.job.evaluate import Evaluation
+from vlrl.job.progress import Progress
+from vlrl.job.train_job import TrainJob
+from vlrl.models import TinyModel
+from vlrl.pack import MicroBatchPlanner
+from vlrl.pack.cost import CostModel
+from vlrl.pack.layout import Layout
+from vlrl.pool import LOOP_POOL, HarnessPool, HostBudget, HostConfig
+from vlrl.pool.ray_runtime import RayRuntime
+from vlrl.pool.scripted_rollout import ScriptedRollout
+from vlrl.rollout.client import InferenceClient
+from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
+from vlrl.rollout.http_endpoint import OpenAIEndpoint
+from vlrl.rollout.policy_rollout import PolicyRollout
+from vlrl.store import LocalStore
+from vlrl.store.ray_store import RayStore
+from vlrl.store.transferqueue_store import TransferQueueStore
+from vlrl.train.loss import PolicyLoss
+from vlrl.train.trainer import Trainer
+from vlrl.train.trainer_group import TrainerGroup
+
+__all__ = [
+    "AgentBehaviour",
+    "CostModel",
+    "DataSource",
+    "Driver",
+    "EmbeddedEngine",
+    "EncoderSpec",
+    "EnvSettings",
+    "EvalJob",
+    "Evaluation",
+    "GraderRunner",
+    "GroupHook",
+    "HarnessPool",
+    "HostBudget",
+    "HostConfig",
+    "InferenceClient",
+    "Layout",
+    "LocalStore",
+    "MicroBatchPlanner",
+    "OpenAIEndpoint",
+    "OverlongPenalty",
+    "PassRateSampler",
+    "PolicyLoss",
+    "PolicyRollout",
+    "Progress",
+    "RayRuntime",
+    "RayStore",
+    "ScriptedRollout",
+    "Teacher",
+    "TinyModel",
+    "TrainJob",
+    "Trainer",
+    "TrainerGroup",
+    "TransferQueueStore",
+    "VLLMEngine",
+    "WarmStart",
+    "base_recipe",
+]
+
+
+def base_recipe(sources: list[DataSource], *, run_dir: str = "runs/train") -> TrainJob.Config:
+    """A training run on ``sources`` with the main job's settings (the tiny model, 2 CPU cores):
+    a warm start on 512 oracle demonstrations (250 steps at lr 1e-2), then 50 GRPO steps at lr
+    1e-3 on batches of 8 groups, held-out evaluation on 200 episodes per source every 10 steps.
+    Each codebase gets an env pool of two hosts beside one loop host."""
+    codebases = dict.fromkeys(source.codebase for source in sources)
+    shares = {LOOP_POOL: 1.0, **{codebase: 2.0 for codebase in codebases}}
+    return TrainJob.Config(
+        run_dir=run_dir,
+        tiny=TinyModel(rope_theta=10.0),
+        engine=EmbeddedEngine.Config(cpus=0, max_batch=32, torch_threads=2),
+        pool=HarnessPool.Config(budget=HostBudget(total_hosts=1 + 2 * len(codebases), shares=shares)),
+        sources=sources,
+        driver=Driver.Config(
+            groups_per_batch=8, max_staleness=1, max_groups_in_flight=16, prefetch_batches=1, hook=GroupHook.Config()
+        ),
+        trainer=TrainerGroup.Config(
+            cpus_per_worker=1,
+            trainer=Trainer.Config(
+                lr=1e-3,
+                loss=PolicyLoss.Config(kind="grpo"),
+                micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
+            ),
+        ),
+        warm_start=WarmStart(episodes=512, steps=250, sequences_per_step=32, lr=1e-2, point_grid=7),
+        steps=50,
+        eval=Evaluation(episodes=200, every=10),
+        checkpoint_every=10,
+    )
