@@ -13,7 +13,7 @@ from vlrl.rollout.chat import ChatFormat, ChatTurn
 from vlrl.rollout.client import ContextImage, InferenceClient
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.protocol import SamplingParams
-from vlrl.rollout.ray_endpoint import RayEndpoint
+from vlrl.rollout.ray_endpoint import EngineCallError, RayEndpoint
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -62,5 +62,20 @@ def test_a_replica_restart_mid_trajectory_is_survived(ray_session, tiny_path, pr
         # The new process saw the older screens again (resent after its misses) and the new ones.
         assert stats["image_bytes_received"] == sum(s.pixels.nbytes for s in screens)
         assert client.stats.retries + client.stats.cache_misses > 0
+    finally:
+        ray_session.kill(engine)
+
+
+def test_an_error_raised_inside_the_engine_reaches_the_caller_whole(ray_session, tiny_path):
+    engine = EmbeddedEngine.Config(cpus=0).build(model_path=str(tiny_path))
+    try:
+        client = InferenceClient([RayEndpoint(engine, "engine-3")], InferenceClient.Config(backoff_s=0))
+        ids = np.asarray([1, 2, 10**8], np.int32)  # beyond the vocabulary
+        with pytest.raises(EngineCallError) as caught:
+            asyncio.run(client.generate("t", ids, [], SamplingParams(max_tokens=2), request_id="r0"))
+        message = str(caught.value)
+        assert message.startswith("engine engine-3: generate raised ValueError: request r0: prompt_ids hold ids in [1, 100000000]")
+        assert "expected 0 <= id < vocab_size=" in message
+        assert "\x1b[" not in message and "ray::" not in message and "pid=" not in message
     finally:
         ray_session.kill(engine)

@@ -1,7 +1,9 @@
 """An engine replica that is a Ray actor (the embedded engine), seen as an ``Endpoint``.
 
 Images go raw (numpy, zero-copy on one node). The request is put into the object store on a
-thread, so serialising megabytes of pixels never stalls the loop host's event loop.
+thread, so serialising megabytes of pixels never stalls the loop host's event loop. An error
+raised inside the engine comes back as ``EngineCallError`` naming the replica, the call and the
+cause's type and whole message (not Ray's coloured wrapper).
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ import asyncio
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from vlrl.pool.remote_errors import describe
 from vlrl.rollout.client import EndpointUnavailable, TransientEndpointError
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult
 
@@ -23,18 +26,24 @@ class RayEndpoint:
 
     async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss:
         ref = await asyncio.to_thread(ray.put, request) if request.image_bytes else request
-        return await self._call(self._actor.generate, ref)
+        return await self._call("generate", ref)
 
     async def load(self) -> int:
-        return await self._call(self._actor.load)
+        return await self._call("load")
 
     async def forget(self, trajectory_id: str) -> None:
-        await self._call(self._actor.forget, trajectory_id)
+        await self._call("forget", trajectory_id)
 
-    async def _call(self, method: Any, *args: Any) -> Any:
+    async def _call(self, call: str, *args: Any) -> Any:
         try:
-            return await method.remote(*args)
+            return await getattr(self._actor, call).remote(*args)
         except RayActorError as error:
             raise EndpointUnavailable(f"{self.name}: {type(error).__name__}") from error
         except GetTimeoutError as error:
             raise TransientEndpointError(str(error)) from error
+        except RayTaskError as error:
+            raise EngineCallError(f"engine {self.name}: {call} raised {describe(error)}") from None
+
+
+class EngineCallError(RuntimeError):
+    """A call into an engine replica raised there; the message is the whole cause."""
