@@ -51,6 +51,7 @@ def store(request) -> PayloadStore:
         built = TransferQueueStore.Config(partition=name, chunk_rows=CHUNK).build()
     yield built
     built.delete([k for k in (f"k{i}" for i in range(4))], missing_ok=True)
+    built.delete([f"shared-{r}" for r in range(20)], missing_ok=True)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> None:
@@ -228,3 +229,68 @@ def test_schema_reads_no_payload(store):
 def test_local_store_refuses_to_cross_processes():
     with pytest.raises(StoreError, match="cannot be sent to another"):
         pickle.dumps(LocalStore())
+
+
+def test_a_shared_key_lives_until_its_last_holder_releases_it(store):
+    first, again = _row(6, seed=1), _row(6, seed=2)
+    assert store.put_shared("k0", first) is True
+    assert store.put_shared("k0", again) is False  # a reference, not a write: the first bytes stay
+    written = store.io_stats().bytes_written
+    assert store.put_shared("k0", again) is False and store.io_stats().bytes_written == written
+    assert store.release(["k0"]) == [] and store.release(["k0"]) == []
+    _same(store.get(["k0"])["k0"]["token_ids"], first["token_ids"])
+    assert store.release(["k0"]) == ["k0"]
+    assert store.contains(["k0"]) == [False] and store.stats().keys == 0
+
+
+def test_a_key_listed_twice_in_one_release_drops_two_references(store):
+    store.put_shared("k1", _row(4))
+    store.put_shared("k1", _row(4))
+    store.put("k2", _row(4))  # a put key holds one reference
+    assert sorted(store.release(["k1", "k2", "k1"])) == ["k1", "k2"]
+    assert store.stats().keys == 0
+
+
+def test_releasing_more_often_than_held_is_refused_and_changes_nothing(store):
+    store.put_shared("k3", _row(4))
+    with pytest.raises(KeyMissingError, match="k3"):
+        store.release(["k3", "k3"])
+    assert store.contains(["k3"]) == [True]
+    with pytest.raises(KeyMissingError, match="never"):
+        store.release(["never"])
+    assert store.release(["k3"]) == ["k3"]
+
+
+def test_concurrent_holders_of_one_key_end_it_exactly_once(store):
+    """Threads writing and releasing one key at random interleavings: it is deleted exactly when
+    the last reference goes, never while one is held."""
+    import random
+    import threading
+    import time
+
+    rounds, holders = 20, 4
+    freed: list[str] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(holders)
+
+    def holder(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for r in range(rounds):
+                barrier.wait()
+                store.put_shared(f"shared-{r}", _row(3, seed=r))
+                barrier.wait()  # every holder holds it now
+                assert store.contains([f"shared-{r}"]) == [True]
+                time.sleep(rng.random() * 0.005)  # release in a random order
+                freed.extend(store.release([f"shared-{r}"]))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=holder, args=(i,)) for i in range(holders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(freed) == sorted(f"shared-{r}" for r in range(rounds))  # each freed once, by its last holder
+    assert store.stats().keys == 0

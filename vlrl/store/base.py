@@ -7,8 +7,13 @@ A payload is a set of named fields (arrays) under a key. The contract:
 - ``get(keys, fields=...)`` reads only the named fields (column projection);
   ``get_range(key, field, start, stop)`` reads rows ``[start, stop)`` of one field.
 - ``schema(key)`` returns field specs (shape, dtype) without touching payload bytes.
-- ``delete(keys)`` frees keys; ``stats()`` counts keys and bytes store-wide; ``io_stats()``
-  counts the payload bytes this client moved, which is what the benchmarks report.
+- ``put_shared(key, fields)`` writes a key many writers may hold (content-addressed images):
+  the first call writes it, each later one takes one more reference instead; ``release(keys)``
+  drops one reference per listed key and deletes a key with its last. ``put`` makes a key with
+  one reference, so ``release`` ends it as ``delete`` would.
+- ``delete(keys)`` frees keys whatever their references; ``stats()`` counts keys and bytes
+  store-wide; ``io_stats()`` counts the payload bytes this client moved, which is what the
+  benchmarks report.
 
 Backends differ only in where the bytes live and how a field is read (``_write_fields`` and
 ``_read_ranges``); bookkeeping and validation are shared here so all behave the same.
@@ -24,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from vlrl.store.errors import PayloadTypeError, StoreError
+from vlrl.store.errors import DuplicateWriteError, PayloadTypeError, StoreError
 from vlrl.store.fields import FieldSpec, as_payload_array, check_range, spec_for
 from vlrl.store.index import StoreStats
 
@@ -48,6 +53,8 @@ class PayloadStore(Protocol):
     def schema(self, key: str) -> dict[str, FieldSpec]: ...
     def contains(self, keys: Sequence[str]) -> list[bool]: ...
     def delete(self, keys: Sequence[str], *, missing_ok: bool = False) -> None: ...
+    def put_shared(self, key: str, fields: Mapping[str, Any]) -> bool: ...
+    def release(self, keys: Sequence[str]) -> list[str]: ...
     def stats(self) -> StoreStats: ...
     def io_stats(self) -> IOStats: ...
     def close(self) -> None: ...
@@ -129,6 +136,28 @@ class IndexedStore(ABC):
         keys = _check_keys(keys)
         dropped = self._index("delete", keys, missing_ok=missing_ok)
         self._free(dropped, keys)
+
+    def put_shared(self, key: str, fields: Mapping[str, Any]) -> bool:
+        """Write ``key`` if absent, else take one more reference to it; True when this call
+        wrote it. Every call is matched by one ``release``. Only absent keys send their bytes."""
+        (key,) = _check_keys([key])
+        if self._index("share", [key])[0]:
+            return False
+        try:
+            self._write(key, fields, new_key=True)
+            return True
+        except DuplicateWriteError:  # another writer got there between share and put
+            if self._index("share", [key])[0]:
+                return False
+            raise
+
+    def release(self, keys: Sequence[str]) -> list[str]:
+        """Drop one reference per listed key; return the keys this deleted (their last went)."""
+        keys = _check_keys(keys)
+        dropped = self._index("release", keys)
+        freed = [key for key, row in zip(keys, dropped) if row is not None]
+        self._free([row for row in dropped if row is not None], freed)
+        return freed
 
     def stats(self) -> StoreStats:
         return self._index("stats")

@@ -31,10 +31,17 @@ class _Entry:
 
 
 class KeyIndex:
-    """Write-once bookkeeping. A write is ``reserve`` (claims the names) then ``commit``."""
+    """Write-once bookkeeping. A write is ``reserve`` (claims the names) then ``commit``.
+
+    Every key also counts its references: a ``put`` makes one, each ``share`` one more, each
+    ``release`` drops one and the last deletes the key. Counting here, in the one place a key's
+    writes are decided, makes a shared key (an image several trajectories hold) live exactly as
+    long as its last holder, whatever the interleaving of writers and releasers.
+    """
 
     def __init__(self) -> None:
         self._rows: dict[str, dict[str, _Entry]] = {}
+        self._refs: dict[str, int] = {}
         self._bytes = 0
 
     def reserve(self, key: str, specs: dict[str, FieldSpec], *, new_key: bool) -> None:
@@ -54,6 +61,8 @@ class KeyIndex:
         row = self._rows.setdefault(key, {})
         for name, spec in specs.items():
             row[name] = _Entry(spec)
+        if new_key:
+            self._refs[key] = 1
 
     def commit(self, key: str, handles: dict[str, Any]) -> None:
         row = self._rows[key]
@@ -70,6 +79,7 @@ class KeyIndex:
                 del row[name]
         if key in self._rows and not row:
             del self._rows[key]
+            self._refs.pop(key, None)
 
     def lookup(self, keys: list[str], fields: list[str] | None) -> list[dict[str, tuple[FieldSpec, Any]]]:
         """Specs and handles of the named fields (all committed fields when ``fields`` is None)."""
@@ -90,17 +100,46 @@ class KeyIndex:
         return [any(e.committed for e in self._rows.get(k, {}).values()) for k in keys]
 
     def delete(self, keys: list[str], *, missing_ok: bool = False) -> list[dict[str, tuple[FieldSpec, Any]]]:
-        """Forget ``keys``; returns what was stored so the backend can free it."""
+        """Forget ``keys`` whatever their references; returns what was stored so the backend can free it."""
         if not missing_ok:
             absent = [k for k in keys if not self.contains([k])[0]]
             if absent:
                 raise KeyMissingError(f"cannot delete store key(s) {absent[:5]}: not written or already deleted")
-        dropped = []
+        return [self._drop(key) for key in keys]
+
+    def share(self, keys: list[str]) -> list[bool]:
+        """One more reference to each key that exists (written, or being written by another
+        client): True; False for an absent key, which the caller then writes."""
+        out = []
         for key in keys:
-            row = self._rows.pop(key, {})
-            self._bytes -= sum(e.spec.nbytes for e in row.values() if e.committed)
-            dropped.append({n: (e.spec, e.handles) for n, e in row.items() if e.committed})
-        return dropped
+            present = key in self._rows
+            if present:
+                self._refs[key] += 1
+            out.append(present)
+        return out
+
+    def release(self, keys: list[str]) -> list[dict[str, tuple[FieldSpec, Any]] | None]:
+        """Drop one reference per listed key (twice for a key listed twice); a key whose last
+        reference went is deleted and its stored fields returned, the others give None."""
+        held: dict[str, int] = {}
+        for key in keys:
+            held[key] = held.get(key, 0) + 1
+        over = [k for k, n in held.items() if self._refs.get(k, 0) < n or not self.contains([k])[0]]
+        if over:
+            raise KeyMissingError(
+                f"cannot release store key(s) {over[:5]}: not written, already deleted, or released more often than held"
+            )
+        out: list[dict[str, tuple[FieldSpec, Any]] | None] = []
+        for key in keys:
+            self._refs[key] -= 1
+            out.append(self._drop(key) if self._refs[key] == 0 else None)
+        return out
+
+    def _drop(self, key: str) -> dict[str, tuple[FieldSpec, Any]]:
+        row = self._rows.pop(key, {})
+        self._refs.pop(key, None)
+        self._bytes -= sum(e.spec.nbytes for e in row.values() if e.committed)
+        return {n: (e.spec, e.handles) for n, e in row.items() if e.committed}
 
     def stats(self) -> StoreStats:
         return StoreStats(keys=sum(self.contains(list(self._rows))), bytes=self._bytes)

@@ -71,7 +71,7 @@ class ShardedIndex:
         if method == "stats":
             parts = [self._ask(shard, method) for shard in self._shards]
             return StoreStats(keys=sum(p.keys for p in parts), bytes=sum(p.bytes for p in parts))
-        if method in ("lookup", "contains"):
+        if method in ("lookup", "contains", "share", "release"):  # a key's repeats all go to its one shard
             return self._scatter(method, args[0], *args[1:], **kwargs)
         if method == "delete":
             keys = args[0]
