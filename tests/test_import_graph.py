@@ -19,9 +19,11 @@ LAYERS = (
     ("vlrl.store",),
     ("vlrl.mm",),
     ("vlrl.harness", "vlrl.pack", "encoders"),
+    ("vlrl.gym",),
     ("vlrl.models", "vlrl.pool", "harnesses"),
     ("vlrl.rollout", "vlrl.control", "vlrl.train"),
     ("vlrl.job", "vlrl.bench"),
+    ("vlrl.recipes",),
     ("vlrl.cli",),
 )
 """Bottom first. A package may import only packages of lower layers."""
