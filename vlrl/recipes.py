@@ -30,6 +30,7 @@ from vlrl.job.distill import Teacher
 from vlrl.job.eval_job import EvalJob
 from vlrl.job.evaluate import Evaluation
 from vlrl.job.progress import Progress
+from vlrl.job.tracking import MlflowTracker, Tracking, WandbTracker
 from vlrl.job.train_job import TrainJob
 from vlrl.models import TinyModel
 from vlrl.pack import MicroBatchPlanner
@@ -68,6 +69,7 @@ __all__ = [
     "Layout",
     "LocalStore",
     "MicroBatchPlanner",
+    "MlflowTracker",
     "OpenAIEndpoint",
     "OverlongPenalty",
     "PassRateSampler",
@@ -81,9 +83,11 @@ __all__ = [
     "TinyModel",
     "TrainJob",
     "Trainer",
+    "Tracking",
     "TrainerGroup",
     "TransferQueueStore",
     "VLLMEngine",
+    "WandbTracker",
     "WarmStart",
     "base_recipe",
 ]

@@ -1,8 +1,7 @@
-"""The run folder a user reads: metrics.jsonl (+ TensorBoard), the progress line, the plots."""
+"""The run folder a user reads: metrics.jsonl (+ TensorBoard) and the plots (the progress line: test_progress.py)."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
@@ -11,7 +10,6 @@ from PIL import Image
 
 from vlrl.job.metrics_log import MetricsLog, read_metrics
 from vlrl.job.plots import plot_run
-from vlrl.job.progress import Progress
 
 
 def _fake_run(run_dir, steps: int = 6) -> None:
@@ -85,29 +83,6 @@ def test_plot_run_writes_every_plot_and_the_episode_sheet(tmp_path):
 def test_plot_run_of_a_folder_without_metrics_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
         plot_run(tmp_path)
-
-
-def test_the_progress_line_shows_live_figures_and_survives_a_failing_probe():
-    stream = io.StringIO()
-    progress = Progress(Progress.Config(), total_steps=40, stream=stream)
-    progress.set(phase="rl", step=12, tokens_per_s=11234.0, pass_rate=0.47, eval=0.62)
-    progress.probe = lambda: {"in_flight": 16, "accepted": 52, "rejected": 11, "dropped": 3, "failed": 0,
-                              "store_bytes": 4.3 * 2**20, "store_keys": 130}  # fmt: skip
-    progress.show()
-    line = stream.getvalue()
-    for part in ("[rl 12/40", "episodes in flight 16", "groups 52 acc, 11 rej, 3 drop, 0 fail",
-                 "train 11.2k tok/s", "store 4.3 MB (130 keys)", "pass 0.47", "eval 0.62"):  # fmt: skip
-        assert part in line, line
-
-    def broken() -> dict:
-        raise ConnectionError("actor restarting")
-
-    progress.probe = broken
-    progress.show()
-    assert "pass 0.47" in stream.getvalue().splitlines()[-1]
-    quiet = io.StringIO()
-    Progress(Progress.Config(enabled=False), total_steps=1, stream=quiet).show()
-    assert quiet.getvalue() == ""
 
 
 def test_summary_is_json_serialisable(tmp_path):

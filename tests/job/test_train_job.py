@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from vlrl.cli import main
 from vlrl.config import load_recipe
 from vlrl.job.metrics_log import read_metrics
 
@@ -52,6 +53,13 @@ def test_the_small_recipe_trains_end_to_end_then_resumes(ray_session, tmp_path, 
     assert [r["step"] for r in records if r["phase"] == "rl"] == [1, 2, 3]
     assert [r["policy_version"] for r in records if r["phase"] == "rl"][-1] == 4
     assert resumed["store_keys_left"] == 0
+
+    capsys.readouterr()  # vlrl eval of the finished run: its sources, its newest checkpoint
+    assert main(["eval", str(run_dir), "--episodes", "2", "--no-chance", "--screenshots", "0"]) == 0
+    evaluated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert evaluated["processor"] == str(run_dir / "checkpoints" / "step-000003" / "hf")
+    assert list(evaluated["sources"]) == ["desktop-click"] and evaluated["episodes_played"] == 2
+    assert (run_dir / "eval" / "report.md").exists()
 
 
 def test_two_harness_codebases_in_one_run_keep_their_pools_and_batch_shares(ray_session, tmp_path):

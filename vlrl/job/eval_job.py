@@ -25,6 +25,7 @@ from typing import Annotated, Any
 from vlrl.config import ConfigError, NonEmpty
 from vlrl.job.eval_report import build_report, markdown, summary_of
 from vlrl.job.evaluate import Annotator, Evaluation, chance, evaluate
+from vlrl.job.progress import Progress
 from vlrl.rollout.http_endpoint import OpenAIEndpoint
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY, RolloutSide
@@ -52,6 +53,9 @@ class EvalJob:
 
         label: str = ""
         """What the report calls the policy ('' : the checkpoint, or the endpoint's URL)."""
+
+        progress: Progress.Config = field(default_factory=Progress.Config)
+        """The status line on stderr (episodes done, rate, ETA)."""
 
         def check(self) -> None:
             RolloutSide.check(self)
@@ -128,8 +132,19 @@ class EvalJob:
 
     async def _play(self, pool: Any, store: Any, annotator: Annotator, pictures: Path) -> tuple[Any, Any]:
         config = self.config
-        result = await evaluate(pool, store, config.sources, config.eval, tag="eval", annotator=annotator, screenshot_dir=pictures, replies=True)
-        return result, await chance(pool, config.sources, config.eval) if config.eval.chance else None
+        progress = Progress(config.progress)
+        progress.probe = lambda: {"in_flight": pool.book.in_flight}
+        async with progress:
+            with progress.phase("eval", total=len(config.sources) * config.eval.episodes, unit="episode"):
+                result = await evaluate(
+                    pool, store, config.sources, config.eval, tag="eval",
+                    annotator=annotator, screenshot_dir=pictures, replies=True, progress=progress,
+                )  # fmt: skip
+                progress.set(eval=result.success)
+            if not config.eval.chance:
+                return result, None
+            with progress.phase("chance"):
+                return result, await chance(pool, config.sources, config.eval)
 
 
 def resolve_target(path: Path) -> tuple[Path, Path | None]:

@@ -20,6 +20,7 @@ import numpy as np
 
 from vlrl.config import DataSource, Ge
 from vlrl.harness import Action
+from vlrl.job.progress import Progress
 from vlrl.mm import PatchRule
 from vlrl.pool.episode import ScriptedEpisode
 from vlrl.pool.harness_pool import HarnessPool
@@ -136,9 +137,11 @@ async def evaluate(
     annotator: Annotator | None = None,
     screenshot_dir: Path | None = None,
     replies: bool = False,
+    progress: Progress | None = None,
 ) -> EvalResult:
     """Play ``config.episodes`` held-out episodes per source; score them, draw a few, delete their
-    keys. ``replies`` (with an ``annotator`` to decode them) lists every turn's reply per episode."""
+    keys. ``replies`` (with an ``annotator`` to decode them) lists every turn's reply per episode;
+    ``progress`` is advanced once per finished episode (the caller opened its phase)."""
     jobs, owners = [], []
     for source in sources:
         evaluated = replace(source, agent=replace(source.agent, temperature=config.temperature))
@@ -148,7 +151,7 @@ async def evaluate(
             kwargs = {"codebase": source.codebase, "env_settings": source.env.as_kwargs(), "tenant_id": f"eval-{tag}/{source.name}/{seed}"}
             jobs.append((loop, kwargs))
             owners.append((source.name, seed))
-    outcomes = await pool.run_many(jobs)
+    outcomes = await _run(pool, jobs, progress)
     result = EvalResult({source.name: SourceScore() for source in sources})
     per_source: dict[str, list[list[SeqMeta]]] = defaultdict(list)
     played: dict[int, list[SeqMeta]] = {}
@@ -187,6 +190,12 @@ async def evaluate(
         images = sorted({item.store_key for meta in metas for item in meta.images})
         store.delete(images, missing_ok=True)
     return result
+
+
+async def _run(pool: HarnessPool, jobs: list[tuple[Any, dict[str, Any]]], progress: Progress | None) -> list[Any]:
+    if progress is None:
+        return await pool.run_many(jobs)
+    return await asyncio.gather(*(progress.counted(pool.run(tenant, **kwargs)) for tenant, kwargs in jobs))
 
 
 async def chance(pool: HarnessPool, sources: list[DataSource], config: Evaluation) -> dict[str, float]:

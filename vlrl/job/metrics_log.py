@@ -4,24 +4,30 @@ A record is ``{"step": n, "phase": "rl", "time_s": t, ...}`` with flat ``/``-sep
 names (``train/loss``, ``rollout/desktop-click/success``, ``eval/success``). The JSONL file is
 the source of truth (``vlrl plot`` reads it back); TensorBoard event files under ``RUN_DIR/tb``
 mirror every numeric metric, tagged ``phase/name``, when the ``tensorboard`` package is
-installed. A resumed run appends to both.
+installed. A resumed run appends to both. Experiment trackers (W&B, MLflow: ``tracking``) get
+every record too, with its step, and are finished (or marked failed) by ``close``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from vlrl.job.tracking import Tracker, flat_values
 
 METRICS_FILE = "metrics.jsonl"
 TB_DIR = "tb"
 
 
 class MetricsLog:
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, fresh: bool = False) -> None:
+    def __init__(
+        self, run_dir: str | Path, *, tensorboard: bool = True, fresh: bool = False, trackers: Sequence[Tracker] = ()
+    ) -> None:
         self.path = Path(run_dir) / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if fresh:
@@ -30,13 +36,15 @@ class MetricsLog:
         self._start = time.time()
         self._offset = last_time(self.path)  # a resumed run continues the clock
         self.writer = _tensorboard_writer(Path(run_dir) / TB_DIR) if tensorboard else None
+        self.trackers = list(trackers)
 
     @property
     def tensorboard(self) -> bool:
         return self.writer is not None
 
     def log(self, step: int, phase: str, metrics: Mapping[str, Any]) -> dict[str, Any]:
-        """Append one record; non-finite numbers become null in JSON and are skipped in TensorBoard."""
+        """Append one record; non-finite numbers become null in JSON and are skipped by TensorBoard
+        and the trackers."""
         record: dict[str, Any] = {"step": int(step), "phase": phase, "time_s": round(self.elapsed(), 3)}
         for name, value in metrics.items():
             record[name] = _jsonable(value)
@@ -47,15 +55,24 @@ class MetricsLog:
                 if name not in ("step", "phase") and isinstance(value, (int, float)) and not isinstance(value, bool):
                     self.writer.add_scalar(f"{phase}/{name}", value, global_step=step)
             self.writer.flush()
+        if self.trackers:
+            values = flat_values({k: v for k, v in record.items() if k not in ("step", "phase")})
+            for tracker in self.trackers:
+                tracker.log(int(step), phase, values)
         return record
 
     def elapsed(self) -> float:
         return self._offset + time.time() - self._start
 
-    def close(self) -> None:
-        self._file.close()
-        if self.writer is not None:
-            self.writer.close()
+    def close(self, *, failed: bool = False) -> None:
+        """``failed``: the run raised; trackers mark their runs failed. Every tracker is closed
+        even when another one's close raises."""
+        with contextlib.ExitStack() as closing:
+            for tracker in self.trackers:
+                closing.callback(tracker.close, failed=failed)
+            self._file.close()
+            if self.writer is not None:
+                self.writer.close()
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

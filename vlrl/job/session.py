@@ -1,8 +1,9 @@
 """What a ``vlrl train`` run holds while it lasts, and where it stands.
 
 ``JobSession`` builds and tears down the run's resources (run folder, logs and experiment
-trackers, the progress line, model, engines, an OPD teacher, store, Harness Pool) and offers the job what it needs from
-them: trainer groups, weight pushes, checkpoint folders, store clean-up and figures.
+trackers, the progress line, model, engines, an OPD teacher, store, Harness Pool) and offers the
+job what it needs from them: trainer groups, weight pushes, checkpoint folders, store clean-up
+and figures.
 ``RunState`` is what ``state.json`` next to every checkpoint records for ``--resume``.
 """
 

@@ -43,6 +43,7 @@ from vlrl.job.plots import EPISODES_DIR
 from vlrl.job.progress import Progress
 from vlrl.job.run_folder import SUMMARY_FILE
 from vlrl.job.session import JobSession, RunState
+from vlrl.job.tracking import Tracking
 from vlrl.pool.tenant import TenantOutcome
 from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import agent_loop_factory
@@ -96,6 +97,10 @@ class TrainJob:
 
         tensorboard: bool = True
         """Also write TensorBoard events (needs the tensorboard package; JSONL is always written)."""
+
+        tracking: Tracking = field(default_factory=Tracking)
+        """Experiment trackers the metrics also go to: W&B (``tracking.wandb.project``), MLflow
+        (``tracking.mlflow.experiment``); both off by default."""
 
         plots: bool = True
         """Write the PNG plots at the end (``vlrl plot RUN_DIR`` writes them on demand)."""
@@ -153,6 +158,7 @@ class TrainJob:
 
         config = self.config
         started = time.perf_counter()
+        config.preflight()
         started_ray = config.ray.ensure()
         try:
             with JobSession(config) as session:
@@ -189,8 +195,8 @@ class TrainJob:
     async def _warm_start(self, s: JobSession, state: RunState) -> None:
         """Fit oracle demonstrations with the sft loss; the RL stage starts from the result."""
         ws = self.config.warm_start
-        s.progress.set(phase="warm-start")
         demos = await self._demonstrations(s, ws)
+        s.progress.phase("warm-start", total=ws.steps, unit="step")
         group = s.trainer_group(s.model_path, lr=ws.lr, loss=PolicyLoss.Config(kind="sft"))
         try:
             order: list[SeqMeta] = []
@@ -201,10 +207,8 @@ class TrainJob:
                     order += rng.sample(demos, len(demos))
                 batch, order = order[:per_step], order[per_step:]
                 metrics = await asyncio.to_thread(group.step, batch)
-                s.progress.set(sft_step=step, sft_steps=ws.steps, sft_loss=metrics["loss"], tokens_per_s=metrics["tokens_per_s"])
                 s.log.log(step, "warm-start", {f"train/{k}": v for k, v in metrics.items()})
-                if step % 10 == 0 or step == ws.steps:
-                    s.progress.show()
+                s.progress.advance(loss=metrics["loss"], tokens_per_s=metrics["tokens_per_s"])
             path = s.checkpoint_dir("warm-start")
             await asyncio.to_thread(group.save, path, {"stage": "warm-start"})
             state.version += 1
@@ -222,7 +226,8 @@ class TrainJob:
             for k in range(ws.episodes):
                 episode = DemoEpisode(source, seed=ws.seed + k, point_grid=ws.point_grid)
                 jobs.append((episode, {"codebase": source.codebase, "env_settings": source.env.as_kwargs()}))
-        outcomes = await s.pool.run_many(jobs)
+        s.progress.phase("demonstrations", total=len(jobs), unit="episode")
+        outcomes = await asyncio.gather(*(s.progress.counted(s.pool.run(tenant, **kwargs)) for tenant, kwargs in jobs))
         demos = [m for o in outcomes if o.status == "ok" for m in o.value.metas]
         dropped = Counter(o.value.reason if o.status == "ok" else _cause(o) for o in outcomes)
         dropped.pop("", None)
@@ -239,7 +244,7 @@ class TrainJob:
         config = self.config
         if state.step >= config.steps:
             return
-        s.progress.set(phase="rl", step=state.step)
+        s.progress.phase("rl", total=config.steps, unit="step", initial=state.step)
         group = s.trainer_group(state.policy)
         try:
             if state.checkpoint:
@@ -294,10 +299,8 @@ class TrainJob:
             "time/step_s": t3 - t0,
         }
         s.log.log(state.step, "rl", record)
-        s.progress.set(step=state.step, tokens_per_s=metrics["tokens_per_s"])
-        if "rollout/pass_rate" in record:
-            s.progress.set(pass_rate=record["rollout/pass_rate"])
-        s.progress.show()
+        passed = {"pass_rate": record["rollout/pass_rate"]} if "rollout/pass_rate" in record else {}
+        s.progress.advance(tokens_per_s=metrics["tokens_per_s"], **passed)
         if should_evaluate(state.step, self.config.eval.every, self.config.steps):
             await self._evaluate(s, state, f"step{state.step}")
 
@@ -312,23 +315,23 @@ class TrainJob:
 
     async def _evaluate(self, s: JobSession, state: RunState, tag: str) -> EvalResult:
         config = self.config
-        phase = s.progress.fields["phase"]
-        s.progress.set(phase=f"eval {tag}")
         pictures = tag in ("base", "warm", "final")
-        result = await evaluate(
-            s.pool, s.store, config.sources, config.eval, tag=tag,
-            annotator=s.annotator if pictures else None, screenshot_dir=s.run_dir / EPISODES_DIR,
-        )  # fmt: skip
-        state.success[tag] = result.success
-        s.log.log(state.step, "eval", {"tag": tag, **result.metrics()})
-        s.progress.set(phase=phase, eval=result.success)
-        s.progress.show()
+        with s.progress.phase(f"eval {tag}", total=len(config.sources) * config.eval.episodes, unit="episode"):
+            result = await evaluate(
+                s.pool, s.store, config.sources, config.eval, tag=tag,
+                annotator=s.annotator if pictures else None, screenshot_dir=s.run_dir / EPISODES_DIR,
+                progress=s.progress,
+            )  # fmt: skip
+            state.success[tag] = result.success
+            s.log.log(state.step, "eval", {"tag": tag, **result.metrics()})
+            s.progress.set(eval=result.success)
         return result
 
     async def _maybe_chance(self, s: JobSession, state: RunState) -> None:
         if not self.config.eval.chance:
             return
-        per_source = await chance(s.pool, self.config.sources, self.config.eval)
+        with s.progress.phase("eval chance"):
+            per_source = await chance(s.pool, self.config.sources, self.config.eval)
         n = {source.name: self.config.eval.episodes for source in self.config.sources}
         state.success["chance"] = sum(per_source[k] * n[k] for k in per_source) / max(sum(n.values()), 1)
         s.log.log(0, "eval", {"tag": "chance", "eval/chance": state.success["chance"], **{f"eval/{k}/chance": v for k, v in per_source.items()}})

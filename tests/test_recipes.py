@@ -1,0 +1,54 @@
+"""``vlrl.recipes``: every config a run's config tree can hold is importable from it, under the
+name ``--set`` selects it by; ``base_recipe`` sizes an env pool per codebase and validates."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import vlrl.recipes as recipes
+from vlrl.config import DataSource, config_name, field_types, validate
+from vlrl.config.schema import is_config_type, split_annotated, union_members
+
+
+def config_classes(root: type) -> set[type]:
+    """Every config class reachable from ``root``'s fields (through unions, lists and dicts)."""
+    seen: set[type] = set()
+    todo = [root]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        for tp in field_types(cls).values():
+            stack = [tp]
+            while stack:
+                t = split_annotated(stack.pop())[0]
+                members = union_members(t)
+                if len(members) > 1:
+                    stack += members
+                elif is_config_type(t):
+                    todo.append(t)
+                else:
+                    stack += [a for a in get_args(t) if a is not Ellipsis]
+    return seen
+
+
+def test_every_config_of_every_job_is_exported_under_its_selection_name():
+    roots = [recipes.TrainJob.Config, recipes.EvalJob.Config, recipes.PolicyRollout.Config, recipes.ScriptedRollout.Config]
+    missing = []
+    for cls in set().union(*map(config_classes, roots)):
+        exported = getattr(recipes, config_name(cls), None)
+        if exported is not cls and getattr(exported, "Config", None) is not cls:
+            missing.append(cls.__qualname__)
+    assert sorted(missing) == []
+    assert set(recipes.__all__) == {n for n in dir(recipes) if not n.startswith("_") and n not in ("annotations",)} - {"LOOP_POOL"}
+
+
+def test_the_base_recipe_gives_each_codebase_an_env_pool_and_validates():
+    config = recipes.base_recipe(
+        [DataSource(name="a", codebase="desktop"), DataSource(name="b", codebase="browser"), DataSource(name="c", codebase="desktop")],
+        run_dir="runs/x",
+    )
+    assert config.pool.budget.shares == {"loop": 1.0, "desktop": 2.0, "browser": 2.0}
+    assert config.pool.budget.sizes() == {"loop": 1, "desktop": 2, "browser": 2}
+    assert validate(config).run_dir == "runs/x"
