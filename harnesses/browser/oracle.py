@@ -36,17 +36,17 @@ class Screen:
         return locator.count() == 1 and locator.is_visible()
 
     def click(self, locator: Locator) -> Action:
-        """Click the element's centre, or scroll towards it when something else is there."""
+        """Click the element's centre, or scroll towards it when something else is there: sideways
+        too when it is beside the screen (a page wider than a narrow screen)."""
         box = locator.bounding_box() if locator.count() == 1 else None
         if box is None:
             raise HarnessError(f"oracle: {locator} is not one visible element of the page")
         x, y = round(box["x"] + box["width"] / 2), round(box["y"] + box["height"] / 2)
         if 0 <= x < self.width and 0 <= y < self.height and locator.evaluate(_HIT, [x, y]):
             return Action.click(x, y)
-        # Whole notches that bring the element to mid-screen, at least one, at most an action's 50.
-        offset = (y - self.height / 2) / WHEEL_PX
-        notches = min(50, max(1, math.ceil(offset))) if offset >= 0 else max(-50, math.floor(offset))
-        return Action.scroll(self.width // 2, self.height // 2, down=notches)
+        right = 0 if 0 <= x < self.width else _notches(x - self.width / 2)
+        down = 0 if right and 0 <= y < self.height else _notches(y - self.height / 2)
+        return Action.scroll(self.width // 2, self.height // 2, down=down, right=right)
 
     def fill(self, locator: Locator, value: str) -> Action | None:
         """The next action towards ``value`` in a text field; None once it holds it."""
@@ -58,6 +58,13 @@ class Screen:
         if not field["selected"]:
             return Action.key("ctrl", "a")
         return Action.type(value)
+
+
+def _notches(offset_px: float) -> int:
+    """Whole wheel notches that bring a point ``offset_px`` from mid-screen there: at least one,
+    at most an action's 50."""
+    offset = offset_px / WHEEL_PX
+    return min(50, max(1, math.ceil(offset))) if offset >= 0 else max(-50, math.floor(offset))
 
 
 def form_fill(screen: Screen, args: Mapping[str, Any]) -> Action:

@@ -124,7 +124,10 @@ class MiniWoBBrowser:
         self.driver.execute_script("core.endEpisode(arguments[0], false, arguments[1]);", reward, reason)
 
     def utterance(self) -> str:
-        return self.driver.execute_script("return core.getUtterance();")
+        """The task's instruction. The natural-language email pages answer ``{utterance, fields}``
+        instead of the text, as ``miniwob.selenium_instance`` also reads it."""
+        answer = self.driver.execute_script("return core.getUtterance();")
+        return answer["utterance"] if isinstance(answer, dict) else answer
 
     def time_limit_s(self) -> float:
         return self.driver.execute_script("return core.EPISODE_MAX_TIME;") / 1000.0

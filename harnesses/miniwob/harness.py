@@ -6,6 +6,11 @@ limit``; some tasks give partial credit). ``info["raw_reward"]`` is the same out
 the time decay and ``info["success"]`` is ``raw_reward > 0``. Saying ``done`` or ``fail`` before
 the page ended the episode counts as running out of time: reward -1.
 
+Two suites of pages (``suite``): ``"oracle"``, the default, offers the tasks the scripted oracle
+solves, which a training source's warm start needs; ``"all"`` offers every page the miniwob
+package bundles, an evaluation suite where ``oracle()`` is None on the pages without a script and
+reward and success are MiniWoB's own as everywhere.
+
 MiniWoB's clock is wall time (10 s for most tasks) and keeps running while the policy thinks;
 ``time_limit_s`` lengthens it for slow policies (the decay then runs over the longer limit). An
 episode that ran out between steps ends at the next step, whose action then lands on MiniWoB's
@@ -17,7 +22,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from miniwob.constants import TASK_HEIGHT, TASK_WIDTH
@@ -31,6 +36,8 @@ from vlrl.harness import Action, Harness, HarnessError, Observation, StepResult
 
 DEFAULT_TASKS: tuple[str, ...] = tuple(POLICIES)
 """Simple tasks the oracle solves, so every default task has a demonstration."""
+SUITES: dict[str, tuple[str, ...]] = {"oracle": DEFAULT_TASKS, "all": TASK_NAMES}
+"""The pages of each ``suite``: the oracle's tasks, or every page the miniwob package bundles."""
 
 
 @dataclass(slots=True)
@@ -52,8 +59,13 @@ class MiniWoBHarness(Harness):
     class Config:
         """Settings of one MiniWoB harness instance (what ``vlrl.harness.make("miniwob", ...)`` takes)."""
 
-        tasks: Annotated[tuple[str, ...], NonEmpty()] = DEFAULT_TASKS
-        """MiniWoB task names (``click-button``, ``login-user``, ...) this instance runs."""
+        suite: Literal["oracle", "all"] = "oracle"
+        """The pages this instance runs when ``tasks`` is None: "oracle", those the scripted oracle
+        solves (a training source's warm start needs its demonstrations); "all", every page the
+        miniwob package bundles (an evaluation suite; ``oracle()`` is None where it has no script)."""
+        tasks: Annotated[tuple[str, ...], NonEmpty()] | None = None
+        """MiniWoB task names (``click-button``, ``login-user``, ..., any bundled page) this instance
+        runs; None: the ``suite``'s pages."""
         scale: Annotated[int, Ge(1), Le(8)] = 2
         """Integer upscaling of the 160x210 task screenshot, by pixel repetition."""
         max_steps: Annotated[int, Ge(1)] = 20
@@ -62,7 +74,7 @@ class MiniWoBHarness(Harness):
         """MiniWoB's wall-clock episode limit; None keeps each task's own (10 s for most)."""
 
         def check(self) -> None:
-            unknown = [task for task in self.tasks if task not in TASK_NAMES]
+            unknown = [task for task in self.tasks or () if task not in TASK_NAMES]
             if unknown:
                 expected = f"MiniWoB task names, such as {list(DEFAULT_TASKS)}"
                 raise ConfigError("tasks", self.tasks, expected, hint=f"unknown: {unknown}")
@@ -78,7 +90,7 @@ class MiniWoBHarness(Harness):
     def __init__(self, **settings: Any) -> None:
         """``settings`` are the fields of ``MiniWoBHarness.Config``."""
         self.config = validate(MiniWoBHarness.Config(**settings))
-        self.tasks = self.config.tasks
+        self.tasks = self.config.tasks or SUITES[self.config.suite]
         self.width = TASK_WIDTH * self.config.scale
         self.height = TASK_HEIGHT * self.config.scale
         self._rng = random.Random()

@@ -70,7 +70,16 @@ def test_unknown_id_lists_the_known_ones_and_a_bad_path_is_refused():
 
 
 def test_full_contract_names_each_rule():
-    assert list(contract(DesktopHarness)) == ["types", "determinism", "tasks", "order", "bounds"]
+    assert list(contract(DesktopHarness)) == [
+        "types",
+        "task info",
+        "screen size: no width/height set",
+        "determinism",
+        "tasks",
+        "order",
+        "bounds",
+        "oracle: solved 2/2 episodes (100%)",
+    ]
     with pytest.raises(HarnessContractError, match="rule 'order': a fail action must terminate the episode") as error:
         check_harness(Endless)
     assert error.value.rule == "order" and isinstance(error.value, AssertionError)

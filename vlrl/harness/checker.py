@@ -2,17 +2,35 @@
 
 Two levels. ``check_factory`` holds the construct-time rules the registry runs on every id when
 it is first made: they read the class, so they cost microseconds and need nothing installed
-beyond the harness's own module. ``check_harness`` is the full behaviour suite (reset, step,
-determinism, order, bounds) on two live instances: 0.02 s for ``desktop`` but 3.3 s for
-``browser`` and ``miniwob`` (each launches two browsers), and it would need the browser on the
-driver, which only builds hosts. So it runs in contract tests and ``vlrl check harness ID``.
+beyond the harness's own module. ``check_harness`` is the full behaviour suite on two live
+instances: 0.02 s for ``desktop`` but 3.3 s for ``browser`` and ``miniwob`` (each launches two
+browsers), and it would need the browser on the driver, which only builds hosts. So it runs in
+contract tests and ``vlrl check harness ID``.
+
+The behaviour rules, in the order they run:
+
+1. ``types``: ``reset`` returns ``(Observation, dict)``, ``step`` ``(Observation, float, bool,
+   bool, dict)`` with a finite reward and ``info["success"]`` a bool. The scalars are Python's
+   own: nothing between the harness and the episode records converts them (rewards are summed,
+   infos logged as JSON), so a numpy scalar is refused with its type named.
+2. ``task info``: the reset info names the episode's task family, ``info["task"]``, one of
+   ``tasks`` when the harness declares any.
+3. ``screen size``: the screenshots are ``width`` x ``height`` when the settings give those.
+4. ``determinism``: the same seed gives the same first observation on two instances.
+5. ``tasks``: every declared family is honoured (``reset(options={"task": t})`` gives
+   ``info["task"] == t``) and states its goal; an unknown one is refused, naming it.
+6. ``order``: ``fail`` terminates; a step after the end raises ``HarnessError``.
+7. ``bounds``: a click off the screen raises ``ActionError`` naming the coordinate.
+8. ``oracle`` (a harness that defines one): played from ``reset(seed)`` for each checked seed,
+   it solves at least ``ORACLE_MIN_SOLVE_RATE`` of the episodes it has a script for, since the
+   warm start learns from its demonstrations; the rule reports the rate.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,6 +40,12 @@ from vlrl.harness.base import Harness
 from vlrl.harness.errors import ActionError, HarnessError
 from vlrl.harness.observation import Observation
 from vlrl.registry import ContractError, PluginSpec
+
+ORACLE_MIN_SOLVE_RATE = 0.5
+"""Least share of its episodes the oracle must solve (so a rate of 0 always fails): a warm start
+on demonstrations that fail more often than not teaches failing."""
+ORACLE_MAX_STEPS = 100
+"""Steps after which an oracle episode that has not ended counts as unsolved."""
 
 
 class HarnessContractError(ContractError, AssertionError):
@@ -54,18 +78,33 @@ def factory_rules(factory: Callable[..., Any]) -> Iterator[str]:
     yield "thread_bound"
 
 
-def check_harness(factory: Callable[[], Harness], *, seeds: tuple[int, ...] = (0, 1)) -> None:
-    """Run the contract on fresh instances from ``factory``; raise ``HarnessContractError``."""
-    for _ in contract(factory, seeds=seeds):
+def check_harness(
+    factory: Callable[..., Harness],
+    *,
+    seeds: tuple[int, ...] = (0, 1),
+    settings: Mapping[str, Any] | None = None,
+) -> None:
+    """Run the contract on fresh instances ``factory(**settings)``; raise ``HarnessContractError``."""
+    for _ in contract(factory, seeds=seeds, settings=settings):
         pass
 
 
-def contract(factory: Callable[[], Harness], *, seeds: tuple[int, ...] = (0, 1)) -> Iterator[str]:
-    """Run the rules (types, determinism, tasks, order, bounds) in turn, yielding each name once it passed."""
-    first, second = factory(), factory()
+def contract(
+    factory: Callable[..., Harness],
+    *,
+    seeds: tuple[int, ...] = (0, 1),
+    settings: Mapping[str, Any] | None = None,
+) -> Iterator[str]:
+    """Run the behaviour rules (module docstring) on two instances ``factory(**settings)``,
+    yielding each rule's name once it passed (the oracle's with its solve rate)."""
+    settings = dict(settings or {})
+    first, second = factory(**settings), factory(**settings)
     try:
-        _check_types(first)
+        reset_obs, reset_info, step_obs = _check_types(first)
         yield "types"
+        _check_task_info(first, reset_info)
+        yield "task info"
+        yield _check_screen_size(settings, (reset_obs, step_obs))
         _check_determinism(first, second, seeds)
         yield "determinism"
         _check_tasks(first)
@@ -74,6 +113,7 @@ def contract(factory: Callable[[], Harness], *, seeds: tuple[int, ...] = (0, 1))
         yield "order"
         _check_bounds(first)
         yield "bounds"
+        yield _check_oracle(first, seeds)
     finally:
         first.close()
         second.close()
@@ -85,21 +125,64 @@ def _expect(rule: str, condition: bool, detail: str) -> None:
         raise HarnessContractError(rule, detail)
 
 
-def _check_types(harness: Harness) -> None:
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _expect_scalar(name: str, value: object, kind: type) -> None:
+    """``value`` is a Python ``kind``; a numpy scalar (even ``np.float64``, a float subclass) is
+    named, with the fix."""
+    numpy = isinstance(value, np.generic)
+    convert = f" (convert it with {kind.__name__}(...))" if numpy else ""
+    detail = f"{name} is {_type_name(value)}; expected a Python {kind.__name__}{convert}"
+    _expect("types", isinstance(value, kind) and not numpy, detail)
+
+
+def _step_types(result: object) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+    """``result`` as a checked step result."""
+    shape = "step must return (obs, reward, terminated, truncated, info)"
+    _expect("types", isinstance(result, tuple) and len(result) == 5, shape)
+    obs, reward, terminated, truncated, info = result
+    _expect("types", isinstance(obs, Observation), f"step must return an Observation, got {_type_name(obs)}")
+    _expect_scalar("reward", reward, float)
+    _expect("types", math.isfinite(reward), f"reward must be a finite float: {reward!r}")
+    _expect_scalar("terminated", terminated, bool)
+    _expect_scalar("truncated", truncated, bool)
+    _expect("types", isinstance(info, dict), f"step info must be a dict, got {_type_name(info)}")
+    _expect("types", "success" in info, "step info must say if the task is solved: info['success']")
+    _expect_scalar("info['success']", info["success"], bool)
+    return obs, reward, terminated, truncated, info
+
+
+def _check_types(harness: Harness) -> tuple[Observation, dict[str, Any], Observation]:
+    """The first reset's observation and info, and the observation after one ``wait``."""
     result = harness.reset(seed=0)
     _expect("types", isinstance(result, tuple) and len(result) == 2, "reset must return (observation, info)")
-    obs, info = result
-    _expect("types", isinstance(obs, Observation), f"reset must return an Observation, got {type(obs).__name__}")
-    _expect("types", isinstance(info, dict), "reset info must be a dict")
-    step = harness.step(Action.wait())
-    shape = "step must return (obs, reward, terminated, truncated, info)"
-    _expect("types", isinstance(step, tuple) and len(step) == 5, shape)
-    obs, reward, terminated, truncated, info = step
-    _expect("types", isinstance(obs, Observation), "step must return an Observation")
-    _expect("types", isinstance(reward, float) and math.isfinite(reward), f"reward must be a finite float: {reward!r}")
-    _expect("types", isinstance(terminated, bool) and isinstance(truncated, bool), "terminated/truncated must be bools")
-    _expect("types", isinstance(info, dict), "step info must be a dict")
-    _expect("types", isinstance(info.get("success"), bool), "step info must say if the task is solved: info['success']")
+    reset_obs, info = result
+    _expect("types", isinstance(reset_obs, Observation), f"reset must return an Observation: {_type_name(reset_obs)}")
+    _expect("types", isinstance(info, dict), f"reset info must be a dict, got {_type_name(info)}")
+    step_obs = _step_types(harness.step(Action.wait()))[0]
+    return reset_obs, info, step_obs
+
+
+def _check_task_info(harness: Harness, info: dict[str, Any]) -> None:
+    task = info.get("task")
+    named = isinstance(task, str) and bool(task)
+    _expect("task info", named, f"reset info must name the episode's task family: info['task'] is {task!r}")
+    declared = tuple(harness.tasks)
+    _expect("task info", not declared or task in declared, f"reset info['task']={task!r}; expected one of {declared}")
+
+
+def _check_screen_size(settings: dict[str, Any], observations: tuple[Observation, ...]) -> str:
+    wanted = {name: settings[name] for name in ("width", "height") if name in settings}
+    if not wanted:
+        return "screen size: no width/height set"
+    given = ", ".join(f"{name}={value}" for name, value in wanted.items())
+    for obs in observations:
+        fits = all(getattr(obs, name) == value for name, value in wanted.items())
+        _expect("screen size", fits, f"the settings give {given} but a screenshot is {obs.width}x{obs.height}")
+    return f"screen size: {given} as set"
 
 
 def _check_determinism(first: Harness, second: Harness, seeds: tuple[int, ...]) -> None:
@@ -115,7 +198,9 @@ def _check_determinism(first: Harness, second: Harness, seeds: tuple[int, ...]) 
 
 def _check_tasks(harness: Harness) -> None:
     for task in harness.tasks:
-        obs, _ = harness.reset(seed=3, options={"task": task})
+        obs, info = harness.reset(seed=3, options={"task": task})
+        named = info.get("task") if isinstance(info, dict) else None
+        _expect("tasks", named == task, f"reset(options={{'task': {task!r}}}) ran a {named!r} episode (info['task'])")
         _expect("tasks", obs.goal is not None, f"task {task!r}: the observation must state the goal")
     try:
         harness.reset(seed=0, options={"task": "no-such-task"})
@@ -145,3 +230,44 @@ def _check_bounds(harness: Harness) -> None:
         _expect("bounds", str(obs.width + 5) in str(error), "an out-of-screen action error must name the coordinate")
     else:
         raise HarnessContractError("bounds", "a click outside the screenshot must raise ActionError")
+
+
+def _check_oracle(harness: Harness, seeds: tuple[int, ...]) -> str:
+    """Episodes whose first ``oracle()`` is None (no script for that task) do not count."""
+    if type(harness).oracle is Harness.oracle:
+        return "oracle: none"
+    played = solved = 0
+    for seed in seeds:
+        harness.reset(seed=seed)
+        action = harness.oracle()
+        if action is not None:
+            played += 1
+            solved += _oracle_solves(harness, action, seed)
+    if not played:
+        return f"oracle: no script for the episodes of seeds {list(seeds)}"
+    rate = solved / played
+    _expect(
+        "oracle",
+        rate >= ORACLE_MIN_SOLVE_RATE,
+        f"the oracle solved {solved} of {played} episodes (seeds {list(seeds)}), a rate of {rate:.0%};"
+        f" expected at least {ORACLE_MIN_SOLVE_RATE:.0%}",
+    )
+    unscripted = f", {len(seeds) - played} without a script" if played < len(seeds) else ""
+    return f"oracle: solved {solved}/{played} episodes ({rate:.0%}{unscripted})"
+
+
+def _oracle_solves(harness: Harness, action: Action, seed: int) -> bool:
+    """Play the oracle from ``action`` until the episode ends; whether it was solved."""
+    for _ in range(ORACLE_MAX_STEPS):
+        try:
+            result = harness.step(action)
+        except ActionError as error:
+            detail = f"seed {seed}: the harness refused its own oracle's {action}: {error}"
+            raise HarnessContractError("oracle", detail) from None
+        _, _, terminated, truncated, info = _step_types(result)
+        if terminated or truncated:
+            return info["success"]
+        action = harness.oracle()
+        if action is None:
+            return False
+    return False

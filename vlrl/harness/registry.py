@@ -60,4 +60,4 @@ def run_contract(harness_id: str) -> Iterator[str]:
     factory = REGISTRY.load(spec)
     settings = dict(spec.check_settings or {})
     yield from factory_rules(factory)
-    yield from contract(lambda: factory(**settings))
+    yield from contract(factory, settings=settings)
