@@ -16,7 +16,6 @@ from vlrl.harness import (
     registered,
     resolve,
 )
-from vlrl.harness.checker import contract
 from vlrl.harness.registry import REGISTRY
 
 
@@ -69,17 +68,7 @@ def test_unknown_id_lists_the_known_ones_and_a_bad_path_is_refused():
         register("flat", "harnesses.desktop")
 
 
-def test_full_contract_names_each_rule():
-    assert list(contract(DesktopHarness)) == [
-        "types",
-        "task info",
-        "screen size: no width/height set",
-        "determinism",
-        "tasks",
-        "order",
-        "bounds",
-        "oracle: solved 2/2 episodes (100%)",
-    ]
+def test_a_broken_rule_names_itself():
     with pytest.raises(HarnessContractError, match="rule 'order': a fail action must terminate the episode") as error:
         check_harness(Endless)
     assert error.value.rule == "order" and isinstance(error.value, AssertionError)
