@@ -12,5 +12,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export RAY_AUTH_MODE=disabled
 exec .venv/bin/vlrl train examples/train_click.py "$@"

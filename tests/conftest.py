@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+# Tests only: the many short-lived local Rays of a test run go without tokens (vlrl itself never
+# turns Ray's token authentication off; scripts/test.sh exports the same for CI).
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # Ray workers inherit this environment: let them import test-only harnesses from ``tests``.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS = (
-    ("vlrl", "vlrl.records", "vlrl.registry"),
+    ("vlrl", "vlrl.atomic", "vlrl.records", "vlrl.registry"),
     ("vlrl.config",),
     ("vlrl.store",),
     ("vlrl.mm",),

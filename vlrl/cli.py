@@ -160,6 +160,24 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         "--max-image-pixels", type=int, default=4096 * 4096, help="largest image decoded, width x height (default: %(default)s)"
     )
     serve.add_argument(
+        "--max-images", type=int, default=256, help="image parts per request, sent or by uuid (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--max-request-pixels",
+        type=int,
+        default=2 * 4096 * 4096,
+        help="pixels of one request's distinct images in all, read from their headers (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-queued", type=int, default=64, help="requests held beyond one engine batch; more get 429 (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--max-model-len",
+        type=int,
+        metavar="TOKENS",
+        help="longest prompt plus max_tokens (default: the model's max_position_embeddings)",
+    )
+    serve.add_argument(
         "--allow-remote-images",
         dest="remote_image_hosts",
         action="append",
@@ -329,6 +347,10 @@ def _serve(args: argparse.Namespace) -> int:
         served_model_name=args.served_model_name,
         max_request_mb=args.max_request_mb,
         max_image_pixels=args.max_image_pixels,
+        max_images=args.max_images,
+        max_request_pixels=args.max_request_pixels,
+        max_queued=args.max_queued,
+        max_model_len=args.max_model_len,
         remote_image_hosts=tuple(args.remote_image_hosts),
     )
     validate(config).build().run()

@@ -6,6 +6,11 @@ files and launch applications; a step sends the action through XTest (``xdotool`
 the screen once it has settled. The reward is the family's evaluator on the real state (the
 saved file, the folder, the application's config), read after every step and never shown to the
 agent. The instance is ``thread_bound``: its processes die with the thread that started them.
+
+It is a ``real_desktop``: system chords and typed command lines are refused before they reach the
+session (``vlrl.harness.key_policy``). The ``allow_chords`` setting lets named chords through
+(``["alt+tab"]``), ``guard_actions=False`` turns the rules off, and a terminal family lets its
+typed lines end in a newline (``Episode.commands``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from harnesses.xdesktop.screen import settle
 from harnesses.xdesktop.session import XSession, check_packages
 from harnesses.xdesktop.tasks import FAMILIES, Episode
 from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult, int_setting, task_names
+from vlrl.harness.key_policy import KeyPolicy, chord_setting
 
 WIDTH_RANGE = (640, 3840)
 HEIGHT_RANGE = (480, 2160)
@@ -28,13 +34,25 @@ HEIGHT_RANGE = (480, 2160)
 class XDesktopHarness(Harness):
     tasks = tuple(FAMILIES)
     thread_bound = True
+    real_desktop = True
 
     def __init__(
-        self, *, width: int = 1280, height: int = 720, tasks: Sequence[str] | None = None, max_steps: int = 15
+        self,
+        *,
+        width: int = 1280,
+        height: int = 720,
+        tasks: Sequence[str] | None = None,
+        max_steps: int = 15,
+        allow_chords: Sequence[str] = (),
+        guard_actions: bool = True,
     ) -> None:
         self.width = int_setting("xdesktop", "width", width, *WIDTH_RANGE)
         self.height = int_setting("xdesktop", "height", height, *HEIGHT_RANGE)
         self.max_steps = int_setting("xdesktop", "max_steps", max_steps, 1, 10_000)
+        self.allow_chords = chord_setting("xdesktop", "allow_chords", allow_chords)
+        if not isinstance(guard_actions, bool):
+            raise ValueError(f"xdesktop harness setting guard_actions={guard_actions!r}; expected True or False")
+        self.guard_actions = guard_actions
         if tasks is not None:
             self.tasks = task_names("xdesktop", tasks, tuple(FAMILIES))
         check_packages()
@@ -66,7 +84,7 @@ class XDesktopHarness(Harness):
         if not isinstance(action, Action):
             raise ActionError(f"step expects a vlrl Action, got {type(action).__name__}")
         action.check_bounds(self.width, self.height)
-        perform(session.env(), action, episode.policy)
+        perform(session.env(), action)
         self._steps += 1
         observation = self._observe()
         solved = bool(episode.check(session))
@@ -83,6 +101,11 @@ class XDesktopHarness(Harness):
         step = episode.oracle[self._oracle_step]
         self._oracle_step += 1
         return step if isinstance(step, Action) else step(session)
+
+    def key_policy(self) -> KeyPolicy | None:
+        if not self.guard_actions:
+            return None
+        return KeyPolicy(allowed=self.allow_chords, commands=self._episode is not None and self._episode.commands)
 
     def close(self) -> None:
         session, self._session, self._episode = self._session, None, None

@@ -37,6 +37,9 @@ class StoredTrajectory:
     version: int = 0
     always_mixed: bool = False
 
+    def screenshot(self, observed: np.ndarray) -> np.ndarray:
+        return observed
+
     async def run(self, ctx: TenantContext) -> list[SeqMeta]:
         store = ctx.shared["store"]
         env = await ctx.open_env()
@@ -45,7 +48,7 @@ class StoredTrajectory:
         while not (terminated or truncated):
             obs, _, terminated, truncated, _ = await env.step(Action.click(1, 1))
         success = (self.always_mixed or self.seed % 2 == 1) and self.index % 2 == 0
-        image = await ctx.to_thread(store_image, store, obs.screenshot)
+        image = await ctx.to_thread(store_image, store, self.screenshot(obs.screenshot))
         n, prompt = 12 + self.index, 8
         key = f"seq/{self.group_id}/{self.index}/{ctx.tenant_id}"
         store.put(
@@ -67,11 +70,9 @@ class StoredTrajectory:
 
 
 @dataclass(frozen=True)
-class LostImageTrajectory(StoredTrajectory):
-    """As ``StoredTrajectory``, then its screenshot's key is deleted before the driver sees the
-    group: what happens when the driver collects a shared image key that the rollout reused."""
+class SameScreenTrajectory(StoredTrajectory):
+    """As ``StoredTrajectory`` with every trajectory of every group storing one screenshot: its
+    content-addressed key is shared by all of them, as a static screen is in a real run."""
 
-    async def run(self, ctx: TenantContext) -> list[SeqMeta]:
-        metas = await super().run(ctx)
-        ctx.shared["store"].delete([item.store_key for meta in metas for item in meta.images], missing_ok=True)
-        return metas
+    def screenshot(self, observed: np.ndarray) -> np.ndarray:
+        return np.full_like(observed, 7)

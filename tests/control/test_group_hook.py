@@ -41,7 +41,7 @@ def test_accepted_group_gets_per_token_advantages_reading_only_the_mask():
     # only loss_mask was read: one byte per token of the group, 8 + 6 + 11 + 7
     assert _bytes_read(store) - before == sum(m.num_tokens for m in metas) == 32
     assert decision.status == "accepted" and decision.reason == "pass rate 0.25 in (0.00, 1.00)"
-    assert decision.keys == ("g/0", "g/1", "g/2", "g/3") and decision.keys_to_delete == ()
+    assert decision.keys == ("g/0", "g/1", "g/2", "g/3") and decision.accepted
     assert decision.rewards == (1.0, 0.0, 0.0, 0.0)
     np.testing.assert_allclose(decision.advantages, [S3, -1 / S3, -1 / S3, -1 / S3], rtol=1e-5)
     for m, layout, a in zip(metas, LAYOUTS, decision.advantages):
@@ -64,7 +64,7 @@ def test_rejected_group_reads_nothing_and_keeps_its_keys():
     metas = group(store, [1.0, 1.0, 1.0])
     decision = GroupHook.Config().build()(metas, store)
     assert decision.status == "rejected" and decision.reason == "pass rate 1.00 at excluded max 1.00"
-    assert decision.keys_to_delete == ("g/0", "g/1", "g/2") and decision.advantages == ()
+    assert not decision.accepted and decision.keys == ("g/0", "g/1", "g/2") and decision.advantages == ()
     assert _bytes_read(store) == 0
     assert store.contains(list(decision.keys)) == [True] * 3  # the driver deletes them, not the hook
     assert "advantages" not in store.schema("g/0")
@@ -77,7 +77,7 @@ def test_all_zero_advantages_are_dropped():
     decision = GroupHook.Config(sampler=everything).build()(metas, store)
     assert decision.status == "dropped"
     assert decision.reason == "pass rate 1.00 in [0.00, 1.00]; all advantages zero"
-    assert decision.advantages == (0.0, 0.0, 0.0) and decision.keys_to_delete == decision.keys
+    assert decision.advantages == (0.0, 0.0, 0.0) and not decision.accepted
     assert _bytes_read(store) == 0 and "advantages" not in store.schema("g/0")
 
 
@@ -194,5 +194,5 @@ def test_opd_teacher_agreeing_everywhere_is_dropped():
     store = LocalStore()
     metas = _opd_group(store, [0.0, 0.0])
     decision = GroupHook.Config(mode="opd").build()(metas, store)
-    assert decision.status == "dropped" and decision.keys_to_delete == decision.keys
+    assert decision.status == "dropped" and not decision.accepted
     assert "advantages" not in store.schema("g/0")

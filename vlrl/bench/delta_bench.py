@@ -16,7 +16,6 @@ the engine's own byte counter is checked against the client's.
 from __future__ import annotations
 
 import asyncio
-import os
 import tempfile
 import time
 from typing import Any
@@ -155,7 +154,6 @@ def run(size: str) -> dict[str, Any]:
     turns = TURNS[size]
     images = screenshots(max(max(turns), ROLLOUT[size]["turns"]))
     figures = measure_bytes(turns, images)
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started_ray = not ray.is_initialized()
     if started_ray:
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=2 * 1024**3, log_to_driver=False)

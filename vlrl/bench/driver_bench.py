@@ -18,7 +18,6 @@ in a fixed memory cap.
 from __future__ import annotations
 
 import gc
-import os
 import tracemalloc
 import uuid
 from typing import Any
@@ -126,7 +125,6 @@ def measure_gathering(sequences: int) -> dict[str, float]:
 def run(size: str) -> dict[str, Any]:
     import ray
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started_ray = not ray.is_initialized()
     if started_ray:
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1024**3, log_to_driver=False)

@@ -148,7 +148,6 @@ def run(size: str) -> dict[str, Any]:
 
     from vlrl.store.ray_store import RayStore
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started_ray = not ray.is_initialized()
     if started_ray:
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1024**3, log_to_driver=False)

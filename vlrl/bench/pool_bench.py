@@ -198,7 +198,6 @@ def _run_per_rollout(n: int, steps: int) -> dict[str, Any]:
 
 def run(size: str) -> dict[str, Any]:
     n, steps = SIZES[size]["n"], SIZES[size]["steps"]
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started_ray = not ray.is_initialized()
     if started_ray:
         ray.init(num_cpus=4, include_dashboard=False, object_store_memory=1024**3, log_to_driver=False)

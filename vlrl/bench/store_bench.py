@@ -14,7 +14,6 @@ Figures per backend:
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from typing import Any
@@ -84,7 +83,6 @@ def run(size: str) -> dict[str, Any]:
     from vlrl.store.ray_store import RayStore
     from vlrl.store.transferqueue_store import TransferQueueStore
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     rows = [make_row(seed) for seed in range(ROWS[size])]
     started_ray = not ray.is_initialized()
     if started_ray:

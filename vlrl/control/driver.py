@@ -5,8 +5,9 @@ It keeps groups of Agent Loops running on the Harness Pool, receives each finish
 accept-time hook, and buffers accepted groups per data source. A batch is yielded when every
 source has contributed its share; surplus groups wait for the next batch unless they grow staler
 than ``max_staleness`` policy versions. The driver owns key lifetimes: rejected, dropped, failed
-and stale groups are deleted at once, consumed ones when the trainer is done with them, and an
-image key once no sequence references it and no rollout that might still reuse it can be alive.
+and stale groups are deleted at once, consumed ones when the trainer is done with them; each
+deleted sequence drops its references to its images (``mm.delete_sequences``), so an image key
+shared by many groups goes with the last sequence that names it.
 
 Books are kept in groups: ``generated == accepted + rejected + dropped + failed + stale + pending``
 at every step, and every accepted group is trained exactly once.
@@ -23,6 +24,7 @@ from typing import Annotated, Any
 from vlrl.config import ConfigError, DataSource, Ge
 from vlrl.control.grader import Grader, GraderRunner
 from vlrl.control.group_hook import GroupHook
+from vlrl.mm import delete_sequences
 from vlrl.pool.budget import split_by_shares
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import Tenant, TenantOutcome
@@ -66,43 +68,6 @@ class DriverBook:
         }
 
 
-class ImageRefs:
-    """Which image keys are still needed. An image key is written once per content hash and
-    reused by later rollouts, so it is deleted only when no known sequence references it and
-    every rollout that could have reused it is older than the staleness bound (its trajectories
-    would be discarded anyway)."""
-
-    def __init__(self, grace_versions: int) -> None:
-        self._grace = grace_versions
-        self._count: Counter[str] = Counter()
-        self._unreferenced_since: dict[str, int] = {}
-
-    def add(self, metas: tuple[SeqMeta, ...] | list[SeqMeta]) -> None:
-        for meta in metas:
-            for item in meta.images:
-                self._count[item.store_key] += 1
-                self._unreferenced_since.pop(item.store_key, None)
-
-    def release(self, metas: tuple[SeqMeta, ...] | list[SeqMeta], version: int) -> None:
-        for meta in metas:
-            for item in meta.images:
-                self._count[item.store_key] -= 1
-                if self._count[item.store_key] == 0:
-                    del self._count[item.store_key]
-                    self._unreferenced_since[item.store_key] = version
-
-    def collectable(self, version: int) -> list[str]:
-        keys = [k for k, since in self._unreferenced_since.items() if version - since > self._grace]
-        for key in keys:
-            del self._unreferenced_since[key]
-        return keys
-
-    def all_unreferenced(self) -> list[str]:
-        keys = list(self._unreferenced_since)
-        self._unreferenced_since.clear()
-        return keys
-
-
 class DriverStalled(RuntimeError):
     """No batch fills: every finished group leaves unaccepted; the message names why."""
 
@@ -119,7 +84,8 @@ class Driver:
         """Policy versions an accepted group may lag behind the trainer and still be trained."""
 
         max_groups_in_flight: Annotated[int, Ge(1)] = 16
-        """Rollout groups running at once (over all sources)."""
+        """Groups launched and not yet decided, over all sources: rolling out or waiting on the
+        grader, so a slow or hung judge holds back new rollouts instead of letting them pile up."""
 
         prefetch_batches: Annotated[int, Ge(0)] = 1
         """Batches of groups kept in flight or buffered ahead of the one being filled, so rollouts
@@ -175,9 +141,9 @@ class Driver:
             self.grader = (config.grader or GraderRunner.Config()).build(grader)
         self.make_tenant = tenant_factory
         self.book = DriverBook()
-        self.images = ImageRefs(grace_versions=config.max_staleness + 1)
         self._buffer: dict[str, deque[AcceptedGroup]] = defaultdict(deque)
         self._in_flight: dict[str, int] = defaultdict(int)
+        self._grading: dict[str, int] = defaultdict(int)
         self._next_seed = {name: seed for name in self.sources}
         self._tasks: set[asyncio.Task[None]] = set()
         self._grading_waiter: asyncio.Task[Any] | None = None
@@ -212,11 +178,8 @@ class Driver:
 
     def consumed(self, batch: Batch) -> None:
         """The trainer is done with ``batch``: delete its keys (and images nobody needs any more)."""
-        keys = [meta.key for meta in batch.sequences]
-        self.store.delete(keys)
+        delete_sequences(self.store, batch.sequences)
         self.book.trained += len(batch.groups)
-        self.images.release(batch.sequences, self._version)
-        self._delete_images(self.images.collectable(self._version))
 
     async def close(self) -> None:
         """Let rollouts and grading in flight finish (their tenants would otherwise still write),
@@ -234,10 +197,8 @@ class Driver:
                 self._graded(await self.grader.next_result())
         for buffered in self._buffer.values():
             for group in buffered:
-                self.store.delete(list(group.decision.keys))
-                self.images.release(group.metas, self._version)
+                delete_sequences(self.store, group.metas)
             buffered.clear()
-        self._delete_images(self.images.all_unreferenced())
 
     # -- rollouts ----------------------------------------------------------------------------
 
@@ -245,8 +206,8 @@ class Driver:
         """Start groups for sources still short of their share, within the in-flight bound."""
         for name, quota in self.quotas.items():
             while (
-                sum(self._in_flight.values()) < self.config.max_groups_in_flight
-                and len(self._buffer[name]) + self._in_flight[name] < quota * (1 + self.config.prefetch_batches)
+                self._undecided() < self.config.max_groups_in_flight
+                and len(self._buffer[name]) + self._undecided(name) < quota * (1 + self.config.prefetch_batches)
             ):
                 self._in_flight[name] += 1
                 task = asyncio.get_running_loop().create_task(self._run_group(self.sources[name]))
@@ -274,22 +235,20 @@ class Driver:
             self._in_flight[source.name] -= 1
         metas = tuple(meta for outcome in outcomes if outcome.status == "ok" for meta in outcome.value)
         failed = [outcome for outcome in outcomes if outcome.status != "ok"]
-        # Referenced at once, before any await: no image of these metas is collected from here on.
-        self.images.add(metas)
-        lost = self._lost_images(metas)
-        if failed or lost:
-            self.store.delete([meta.key for meta in metas], missing_ok=True)
-            self.images.release(metas, self._version)  # images only this group wrote are collected too
-            reason = _failure_reason(failed) if failed else (
-                f"{len(lost)} shared image key(s) were collected between the rollout's store check and the"
-                " group's arrival"
-            )
-            self._leave("failed", reason)
+        if failed:
+            delete_sequences(self.store, metas)  # the trajectories that did finish, and their images
+            self._leave("failed", _failure_reason(failed))
             return
         if self.grader is not None:
             self.grader.submit(metas)
+            self._grading[source.name] += 1
         else:
             self._decide(source.name, metas)
+
+    def _undecided(self, name: str | None = None) -> int:
+        """Groups launched and not decided yet (of one source, or all): rolling out or being graded."""
+        names = self.sources if name is None else (name,)
+        return sum(self._in_flight[n] + self._grading[n] for n in names)
 
     async def _wait_for_progress(self) -> None:
         waiting: set[asyncio.Future[Any]] = set(self._tasks)
@@ -309,9 +268,9 @@ class Driver:
 
     def _graded(self, result: Any) -> None:
         source = result.metas[0].source
+        self._grading[source] -= 1
         if not result.ok:
-            self.store.delete([meta.key for meta in result.metas])
-            self.images.release(result.metas, self._version)
+            delete_sequences(self.store, result.metas)
             self._leave("failed", result.error)
             return
         self.book.graded += 1
@@ -322,8 +281,7 @@ class Driver:
     def _decide(self, source: str, metas: tuple[SeqMeta, ...]) -> None:
         decision = self.hook(metas, self.store)
         if not decision.accepted:
-            self.store.delete(list(decision.keys_to_delete))
-            self.images.release(metas, self._version)
+            delete_sequences(self.store, metas)
             self._leave(decision.status, decision.reason)
             return
         self.book.accepted += 1
@@ -335,25 +293,13 @@ class Driver:
         for name, buffered in self._buffer.items():
             while buffered and buffered[0].policy_version < oldest:
                 group = buffered.popleft()
-                self.store.delete(list(group.decision.keys))
-                self.images.release(group.metas, self._version)
+                delete_sequences(self.store, group.metas)
                 self.book.accepted -= 1
                 self._leave("stale", f"policy version {group.policy_version} older than {oldest}")
 
     def _leave(self, status: str, reason: str) -> None:
         setattr(self.book, status, getattr(self.book, status) + 1)
         self.book.reasons[f"{status}: {_reason_kind(reason)}"] += 1
-
-    def _lost_images(self, metas: tuple[SeqMeta, ...]) -> list[str]:
-        """Image keys of ``metas`` no longer in the store. A rollout reuses an image key it finds
-        stored (``store_image`` skips the write), and the driver may collect that key after the
-        check and before the group arrives; such a group would fail at pixel fetch in training."""
-        keys = sorted({item.store_key for meta in metas for item in meta.images})
-        return [key for key, present in zip(keys, self.store.contains(keys) if keys else []) if not present]
-
-    def _delete_images(self, keys: list[str]) -> None:
-        if keys:
-            self.store.delete(keys, missing_ok=True)
 
 
 def _failure_reason(failed: list[TenantOutcome]) -> str:

@@ -4,7 +4,8 @@ A grader scores a whole finished group at once (a judge model comparing the traj
 checker), so it may rank trajectories against each other. ``GraderRunner`` runs grader calls as
 background tasks on the driver's event loop: at most ``max_concurrency`` calls in flight, each
 crashed, hung or malformed call retried after an exponential back-off, and a group that fails
-every attempt reported as a ``GradeResult`` with ``error`` instead of raising. Results arrive in
+every attempt reported as a ``GradeResult`` with ``error`` instead of raising (a call that
+passes ``timeout_s`` counts as failed, so a hung judge ends every group it holds). Results arrive in
 completion order, possibly late (after groups submitted later); the driver collects what is
 ready and never waits on a slow judge unless it has nothing else to do.
 
@@ -66,8 +67,9 @@ class GraderRunner:
         backoff_factor: Annotated[float, Ge(1)] = 2.0
         """Growth of the wait per further failure: wait ``k`` is ``backoff_s * backoff_factor**(k-1)``."""
 
-        timeout_s: Annotated[float, Gt(0)] | None = None
-        """Seconds one call may take before it counts as failed; None for no limit."""
+        timeout_s: Annotated[float, Gt(0)] = 300.0
+        """Seconds one call may take before it counts as failed (and is retried). Always bounded: a
+        hung judge must end as a failed group, not hold the driver's in-flight slots forever."""
 
         def delay(self, failures: int) -> float:
             """Seconds to wait after the ``failures``-th failed call (1-based)."""

@@ -14,9 +14,9 @@ OPD mode replaces steps 1-3: a teacher scorer has already written ``teacher_logp
 store, and the per-token advantage is ``teacher_logprobs - logprobs`` on generated tokens, read
 from the ``logprobs``, ``teacher_logprobs`` and ``loss_mask`` columns only.
 
-The hook never deletes keys: a rejected or dropped group's keys are in
-``GroupDecision.keys_to_delete`` and the driver deletes them, since it owns key lifetimes (no key
-outlives the step that consumed it).
+The hook never deletes keys: the driver deletes a rejected or dropped group's sequences (and
+drops their image references), since it owns key lifetimes (no key outlives the step that
+consumed it).
 """
 
 from __future__ import annotations

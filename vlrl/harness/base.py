@@ -6,14 +6,22 @@ info)`` applies one typed action; ``close()`` frees what the instance holds (win
 processes) and may be called more than once. ``terminated`` means the task reached an end
 (solved, failed, or the agent said ``done``/``fail``); ``truncated`` means a step limit cut it.
 ``info`` carries at least ``"task"`` and, from ``step``, ``"success"``: whether the task is solved.
+
+A harness that drives a real desktop (``real_desktop``) has every action checked against its
+``key_policy()`` before its ``step`` runs (``vlrl.harness.key_policy``). The check wraps each
+subclass's ``step`` where the class is made, so it holds whoever steps the harness: an env host,
+the Gymnasium adapter, the checker, a test.
 """
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from vlrl.harness.actions import Action
+from vlrl.harness.key_policy import KeyPolicy
 from vlrl.harness.observation import Observation
 
 StepResult = tuple[Observation, float, bool, bool, dict[str, Any]]
@@ -26,6 +34,16 @@ class Harness(ABC):
     thread_bound: ClassVar[bool] = False
     """True when the instance must only be used from the thread that created it (sync Playwright);
     env hosts then give each instance a dedicated thread."""
+
+    real_desktop: ClassVar[bool] = False
+    """True when actions reach a real OS session (an X desktop, a VM), not a page or a drawing: its
+    system shortcuts and typed command lines are then refused by ``key_policy()``."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        step = cls.__dict__.get("step")
+        if callable(step) and not getattr(step, "__isabstractmethod__", False):
+            cls.step = _checked(step)  # type: ignore[method-assign]
 
     @abstractmethod
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
@@ -43,3 +61,22 @@ class Harness(ABC):
         """The next action of a scripted policy that solves the current episode, if the harness has one
         (used for demonstrations and tests, never during RL)."""
         return None
+
+    def key_policy(self) -> KeyPolicy | None:
+        """The key and text rules of the current episode: the default deny list on a real desktop,
+        none elsewhere. Override to allow more (an allow-list setting, a terminal task's commands),
+        or return None to turn the rules off."""
+        return KeyPolicy() if self.real_desktop else None
+
+
+def _checked(step: Callable[[Harness, Action], StepResult]) -> Callable[[Harness, Action], StepResult]:
+    """``step`` that first refuses what the instance's key policy refuses (with ``ActionError``)."""
+
+    @functools.wraps(step)
+    def checked_step(self: Harness, action: Action) -> StepResult:
+        policy = self.key_policy()
+        if policy is not None:
+            policy.check(action)
+        return step(self, action)
+
+    return checked_step

@@ -21,7 +21,7 @@ import numpy as np
 from vlrl.config import DataSource, Ge
 from vlrl.harness import Action
 from vlrl.job.progress import Progress
-from vlrl.mm import PatchRule
+from vlrl.mm import PatchRule, delete_sequences
 from vlrl.pool.episode import ScriptedEpisode
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.records import LOSS_MASK, PIXELS, TOKEN_IDS, SeqMeta
@@ -186,9 +186,7 @@ async def evaluate(
                     image.save(path)
                     result.screenshots.append(path)
     finally:
-        store.delete([meta.key for meta in metas], missing_ok=True)
-        images = sorted({item.store_key for meta in metas for item in meta.images})
-        store.delete(images, missing_ok=True)
+        delete_sequences(store, metas)
     return result
 
 

@@ -10,7 +10,6 @@ and figures.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,8 +21,16 @@ from vlrl.job.meters import RolloutMeter
 from vlrl.job.metrics_log import METRICS_FILE, TB_DIR, MetricsLog
 from vlrl.job.plots import EPISODES_DIR, PLOTS_DIR
 from vlrl.job.progress import Progress
-from vlrl.job.run_folder import CHECKPOINTS, STATE_FILE, SUMMARY_FILE, newest_checkpoint, write_sources
+from vlrl.job.run_folder import (
+    CHECKPOINTS,
+    SUMMARY_FILE,
+    newest_checkpoint,
+    read_checkpoint_state,
+    write_checkpoint_state,
+    write_sources,
+)
 from vlrl.job.tracking import IDS_FILE
+from vlrl.mm import delete_sequences
 from vlrl.models import family_of
 from vlrl.records import SeqMeta
 from vlrl.rollout.loop_setup import LoopSetup
@@ -151,21 +158,20 @@ class JobSession:
 
     def write_state(self, path: Path, state: RunState) -> None:
         """Written last: a checkpoint folder without it is incomplete and never resumed from."""
-        (path / STATE_FILE).write_text(json.dumps({
+        write_checkpoint_state(path, {
             "step": state.step, "version": state.version, "generated": state.generated,
             "policy": state.policy, "checkpoint": state.checkpoint, "success": state.success,
-        }, indent=2))  # fmt: skip
+        })  # fmt: skip
 
     def resumed_state(self) -> RunState | None:
-        """The state of the newest complete checkpoint, or None (then the run starts afresh)."""
+        """The state of the newest intact checkpoint, or None (then the run starts afresh)."""
         newest = newest_checkpoint(self.run_dir)
-        return None if newest is None else RunState(**json.loads((newest / STATE_FILE).read_text()))
+        return None if newest is None else RunState(**read_checkpoint_state(newest))
 
     # -- store and what the progress line shows
 
     def delete(self, metas: list[SeqMeta]) -> None:
-        self.store.delete([m.key for m in metas], missing_ok=True)
-        self.store.delete(sorted({item.store_key for m in metas for item in m.images}), missing_ok=True)
+        delete_sequences(self.store, metas)
 
     def store_metrics(self) -> dict[str, float]:
         stats = self.store.stats()

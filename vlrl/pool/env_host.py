@@ -4,7 +4,10 @@ Harness calls block (rendering, browsers), so each runs on a thread: a shared po
 dedicated thread per instance for harnesses whose objects are bound to the thread that made
 them (sync Playwright). Instances are leased per episode and kept warm for the next lease with
 the same settings, so a browser is launched once, not once per episode. A harness call that
-raises reaches the caller as that exception; the host and the other instances go on.
+raises reaches the caller as that exception; the host and the other instances go on. An action
+the harness refuses (``ActionError``) is ordinary play; any other failure of ``reset``, ``step``
+or ``oracle`` (a crash, a timeout) leaves the instance in an unknown state, so it is closed at
+release and the next lease gets a fresh one.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from vlrl.harness import Action, Harness, HarnessError, Observation, StepResult
+from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult
 from vlrl.pool.host_config import HostConfig
 
 
@@ -118,14 +121,20 @@ class EnvHost:
             raise HarnessError(f"harness instance {instance_id!r} is not open on env host {self._index}") from None
 
     async def _guarded(self, instance: _Instance, fn: Callable[[], Any]) -> Any:
-        """Run one harness call; an instance whose call timed out is never reused."""
+        """Run one harness call; an instance whose call failed other than by refusing an action
+        is never leased again."""
         try:
             return await self._call(instance.executor, fn)
+        except ActionError:
+            raise
         except asyncio.TimeoutError:
             instance.broken = True
             raise HarnessError(
                 f"harness call on env host {self._index} ran longer than {self._config.tenant_timeout_s:g} s"
             ) from None
+        except BaseException:  # a crash, or a cancelled call still running on its thread
+            instance.broken = True
+            raise
 
     async def _call(self, executor: ThreadPoolExecutor, fn: Callable[[], Any]) -> Any:
         if not self._config.blocking_on_threads:

@@ -53,11 +53,6 @@ class GroupDecision:
     def accepted(self) -> bool:
         return self.status == "accepted"
 
-    @property
-    def keys_to_delete(self) -> tuple[str, ...]:
-        """Keys the driver must delete now: all of a rejected or dropped group, none otherwise."""
-        return () if self.accepted else self.keys
-
 
 @dataclass(frozen=True, slots=True)
 class AcceptedGroup:

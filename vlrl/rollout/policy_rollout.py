@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from vlrl.config import Ge
+from vlrl.mm import delete_sequences
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import AgentLoop
@@ -62,9 +63,7 @@ class PolicyRollout:
                 wall_s = time.perf_counter() - started
                 engine_stats = ray.get([engine.stats.remote() for engine in engines])
                 summary = _summary(config, outcomes, owners, engine_stats, pool, wall_s)
-                metas = [meta for o in outcomes if o.status == "ok" for meta in o.value]
-                images = {item.store_key for meta in metas for item in meta.images}
-                store.delete([meta.key for meta in metas] + sorted(images))
+                delete_sequences(store, [meta for o in outcomes if o.status == "ok" for meta in o.value])
                 summary["store_keys_left"] = store.stats().keys
             finally:
                 pool.shutdown()

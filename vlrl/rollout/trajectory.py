@@ -126,15 +126,14 @@ class Trajectory:
         patch_rule: PatchRule,
         task: str = "",
     ) -> list[SeqMeta]:
-        """Write every sequence's payload once; return their metadata (the trajectory's reward on each)."""
-        stored: dict[str, Any] = {}
+        """Write every sequence's payload once; return their metadata (the trajectory's reward on
+        each). Each sequence holds one reference to each of its images (``mm.store_images``)."""
         metas = []
         sequences = [s for s in self.sequences if s.context_lengths]  # a prompt never answered trains nothing
         for index, sequence in enumerate(sequences):
-            for image in sequence.images:
-                if image.content_hash not in stored:
-                    stored[image.content_hash] = store_image(store, image.pixels, rule=patch_rule)
-            unique = list(dict.fromkeys(image.content_hash for image in sequence.images))
+            pixels = {image.content_hash: image.pixels for image in sequence.images}
+            unique = list(pixels)
+            stored = {h: store_image(store, pixels[h], rule=patch_rule) for h in unique}
             sequence_key = key if len(sequences) == 1 else f"{key}/{index}"
             payload = sequence.payload()
             store.put(sequence_key, payload)

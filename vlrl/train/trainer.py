@@ -32,10 +32,12 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from encoders.protocol import VisionEncoder
 from encoders.spec import ENCODER_DIR, STATE_PREFIX, EncoderSpec, ResolvedEncoder
+from vlrl.atomic import atomic_path, fsync
 from vlrl.config import Ge, Gt
 from vlrl.pack import Layout, MicroBatchPlanner, PackedWindow, new_tp_group, packer_for_rank
 from vlrl.pack.packed import PAD_SEGMENT_ID
 from vlrl.records import FIELDS, SeqMeta, pad_value
+from vlrl.train.checkpoint_io import TRAINER_FILE, load_sharded, load_trainer_file, save_trainer_file
 from vlrl.train.encode_step import StepEncoder
 from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss, token_logprobs_and_entropy
 from vlrl.train.mrope import sequence_mrope
@@ -282,23 +284,27 @@ class Trainer:
         layout), and on rank 0 a Hugging Face folder (safetensors weights) plus ``extra`` state
         (the driver's and sampler's). A plug-in encoder's weights go to ``hf/encoder/`` (its
         ``save_pretrained``), where a trainer or engine built from ``hf/`` finds them; the
-        model's weights keep the checkpoint's own, untrained tower. Collective."""
+        model's weights keep the checkpoint's own, untrained tower. Each file vlrl writes goes in
+        atomically (``vlrl.atomic``), so a crash never leaves a torn one. Collective."""
         path = Path(path)
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path / "sharded"))
         weights = self.full_weights()
         if weights is not None:
+            fsync(path / "sharded")  # DCP renames its .metadata into place last, but leaves the rename unsynced
             hf = path / "hf"
             hf.mkdir(parents=True, exist_ok=True)
             if not self.model.owns_tower:
                 weights = {k: v for k, v in weights.items() if not k.startswith(STATE_PREFIX)}
                 weights.update(self.model.tower_state())
                 self.model.encoder.save_pretrained(hf / ENCODER_DIR)
-            save_file({k: v.contiguous() for k, v in weights.items()}, str(hf / "model.safetensors"))
+            with atomic_path(hf / "model.safetensors") as tmp:
+                save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp))
             for name in HF_FILES:
                 if (Path(self.model_path) / name).exists():
-                    shutil.copy(Path(self.model_path) / name, hf / name)
-            torch.save({"step": self.step_count, "extra": dict(extra or {})}, path / "trainer.pt")
+                    with atomic_path(hf / name) as tmp:
+                        shutil.copy(Path(self.model_path) / name, tmp)
+            save_trainer_file(path / TRAINER_FILE, self.step_count, extra or {})
         dist.barrier()
         return path
 
@@ -307,9 +313,9 @@ class Trainer:
         path = Path(path)
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         state = {"model": model_state, "optim": optim_state}
-        dcp.load(state, checkpoint_id=str(path / "sharded"))
+        load_sharded(state, path / "sharded")
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        meta = torch.load(path / "trainer.pt", weights_only=False)
+        meta = load_trainer_file(path / TRAINER_FILE)
         self.step_count = int(meta["step"])
         return meta["extra"]
 

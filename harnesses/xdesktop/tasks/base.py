@@ -2,11 +2,11 @@
 that reads real state back.
 
 A family's ``setup(rng, session)`` writes the files of the episode into the session's fresh home
-folder, launches the applications, and returns an ``Episode``: the goal in words, the sandbox's
-key policy, the oracle's steps, and ``check``, which reads the resulting state (a file's
-contents, a directory listing, an application's own config file, a window title) and says
-whether the task is solved. An oracle step is an action, or a function of the live session that
-gives one (where a window sits is only known at run time).
+folder, launches the applications, and returns an ``Episode``: the goal in words, whether its
+sandbox runs typed commands, the oracle's steps, and ``check``, which reads the resulting state
+(a file's contents, a directory listing, an application's own config file, a window title) and
+says whether the task is solved. An oracle step is an action, or a function of the live session
+that gives one (where a window sits is only known at run time).
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import random
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from harnesses.xdesktop.policy import KeyPolicy
 from harnesses.xdesktop.session import XSession
 from vlrl.harness import Action, HarnessError
 
@@ -36,8 +35,9 @@ class Episode:
     """Whether the session's real state solves the task."""
     oracle: Sequence[OracleStep]
     """A scripted solution, step by step."""
-    policy: KeyPolicy = field(default_factory=KeyPolicy)
-    """What the sandbox allows."""
+    commands: bool = False
+    """Whether typed text may end a line (``KeyPolicy.commands``): only where the episode's terminal
+    runs commands inside the sandbox."""
 
 
 class Family(Protocol):

@@ -4,7 +4,7 @@ evaluator reads the file the command was to write.
 The terminal is deterministic on screen: a fixed font (``-fa Monospace -fs 10``, fontconfig's
 DejaVu Sans Mono), a fixed size and title, and bash without startup files, whose prompt ``~$``
 shows the folder and nothing of the machine. These are the only families whose key policy lets
-typed text hold a newline (``KeyPolicy(commands=True)``): a typed line runs, inside the sandbox.
+typed text hold a newline (``Episode(commands=True)``): a typed line runs, inside the sandbox.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harnesses.xdesktop.policy import KeyPolicy
 from harnesses.xdesktop.session import XSession
 from harnesses.xdesktop.tasks.base import Episode, read_text, wait_for_window
 from harnesses.xdesktop.words import WORDS, name, phrase
@@ -45,7 +44,7 @@ class RunAndSave:
             goal=f"In the terminal, run the command `{command}`.",
             check=lambda s: _same_text(read_text(path), output),
             oracle=(Action.type(f"{command}\n"),),
-            policy=KeyPolicy(commands=True),
+            commands=True,
         )
 
 
@@ -72,7 +71,7 @@ class ListToFile:
             ),
             check=_listing_matches(listing, folder),
             oracle=(Action.type(f"{command}\n"),),
-            policy=KeyPolicy(commands=True),
+            commands=True,
         )
 
 

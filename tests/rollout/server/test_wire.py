@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 from vlrl.rollout.http_endpoint import missing_images, parse_metrics
-from vlrl.rollout.server.wire import ApiError, ImageInput, parse_chat_request
+from vlrl.rollout.server.wire import MAX_JSON_DEPTH, ApiError, ImageInput, load_json, parse_chat_request
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}, "uuid": "u1"}
 REFERENCE = {"type": "image_url", "image_url": None, "uuid": "u1"}
@@ -85,6 +87,13 @@ def test_token_in_takes_ids_and_image_only_messages():
         ({"prompt_token_ids": [1], "max_tokens": 0}, "max_tokens", "expected an integer >= 1"),
         ({"prompt_token_ids": [1], "max_tokens": True}, "max_tokens", "expected an integer >= 1"),
         ({"prompt_token_ids": [1], "seed": 1.5}, "seed", "expected an integer"),
+        ({"prompt_token_ids": [1], "seed": 2**63}, "seed", "expected an integer in [0, 9223372036854775807]"),
+        ({"prompt_token_ids": [1], "seed": -1}, "seed", "expected an integer in [0, 9223372036854775807]"),
+        ({"prompt_token_ids": [1], "temperature": 5e-324}, "temperature", "expected 0 (greedy) or a number in [1e-05, 2]"),
+        ({"prompt_token_ids": [1], "temperature": 10**400}, "temperature", "expected a number in [0, 2]"),
+        ({"prompt_token_ids": [1], "temperature": float("nan")}, "temperature", "expected a number in [0, 2]"),
+        ({"messages": [{"role": "user", "content": "a\ud800"}]}, "messages[0].content.text", "lone UTF-16 surrogate"),
+        ({"prompt_token_ids": [1], "stop": ["\udfff"]}, "stop", "lone UTF-16 surrogate"),
         ({"prompt_token_ids": [1], "logprobs": "yes"}, "logprobs", "expected a boolean"),
         ({"prompt_token_ids": [1], "stop": [""]}, "stop", "non-empty string"),
         ({"prompt_token_ids": [1], "stream": True}, "stream", "only non-streaming"),
@@ -101,6 +110,18 @@ def test_malformed_fields_are_named(body, param, message):
     assert (error.status, error.param) == (400, param)
     assert message in str(error)
     assert error.body()["error"] == {"message": str(error), "type": "BadRequestError", "param": param, "code": 400}
+
+
+def test_json_is_refused_when_malformed_or_nested_too_deep():
+    assert isinstance(load_json(b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH), list)  # at the limit: accepted
+    for raw, message in [
+        (b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1), f"deeper than {MAX_JSON_DEPTH} levels"),
+        (b'{"a": ' * 100_000 + b"1" + b"}" * 100_000, f"deeper than {MAX_JSON_DEPTH} levels"),  # past recursion
+        (b'{"messages": "\xff"}', "not valid JSON ('utf-8' codec can't decode byte 0xff"),
+        (b"{not json", "not valid JSON"),
+    ]:
+        with pytest.raises(ApiError, match=re.escape(message)):
+            load_json(raw)
 
 
 def test_the_body_must_be_an_object():

@@ -1,10 +1,13 @@
 """``EngineCore``: the embedded engine's request handling, dynamic batching and caches, in-process.
 
-Every ``generate`` call is checked and its images resolved on the event loop (preprocessing on a
-thread pool), then queued. One worker task takes up to ``max_batch`` queued requests, waiting at
-most ``batch_wait_ms`` for the batch to fill, and hands the batch to the ``ModelRunner`` on the
+Every ``generate`` call is checked (its sampling too, so no request's values can fail the batch
+it joins) and its images resolved on the event loop (preprocessing on a thread pool), then
+queued. One worker task takes up to ``max_batch`` queued requests, waiting at most
+``batch_wait_ms`` for the batch to fill, and hands the batch to the ``ModelRunner`` on the
 single compute thread; the event loop stays free to accept requests meanwhile. Requests of one
-batch may differ in prompt length, images and cached prefix (see ``runner``).
+batch may differ in prompt length, images and cached prefix (see ``runner``). A caller that
+gives up (cancels its ``generate``: a client that disconnected) is skipped while queued, and its
+row leaves the batch at the next decode step while running.
 
 Weight updates wait for the batch in flight: its requests finish on the old weights and carry
 the old version; requests not yet in a batch run on the new weights. An update drops every KV
@@ -20,7 +23,7 @@ import asyncio
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +36,7 @@ from vlrl.mm import patch_rule_of
 from vlrl.rollout.engine.images import ImageCache, ProcessedImage, preprocess, preprocess_plug_in
 from vlrl.rollout.engine.prefix import ImageSpan, PrefixCache
 from vlrl.rollout.engine.runner import ModelRunner, Outcome, Sequence
+from vlrl.rollout.engine.sampling import check_sampling
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
 
 if TYPE_CHECKING:
@@ -115,6 +119,7 @@ class EngineCore:
         self._in_flight += 1
         self._counts.requests += 1
         try:
+            check_sampling(request.sampling)
             prompt = self._checked_prompt(request)
             runs = self._image_runs(request, prompt)
             images = await self._resolve_images(request)
@@ -133,7 +138,11 @@ class EngineCore:
             pending = _Pending(request, seq, asyncio.get_running_loop().create_future())
             self._queue.append(pending)
             self._wake.set()
-            return await pending.done
+            try:
+                return await pending.done
+            except asyncio.CancelledError:  # the runner reads max_tokens every step: the row stops at the next
+                seq.sampling = replace(seq.sampling, max_tokens=1)
+                raise
         finally:
             self._in_flight -= 1
 

@@ -11,32 +11,45 @@ so one client reads the load of either server, plus every ``vlrl:`` counter). Wi
 every ``/v1/`` route wants ``Authorization: Bearer KEY`` (health and metrics stay open, as in
 vLLM). Errors come in OpenAI's shape with the HTTP status as ``code``; a reference to an image
 the server no longer holds is a 400 (see ``vlrl.rollout.server`` for the wire format).
+
+Hostile or broken requests are refused with a 4xx, never a 500, and cost the server a bounded
+amount: a body over ``max_request_mb`` (413); more requests than one engine batch plus
+``max_queued`` (429 with Retry-After, before the body is read); malformed, non-UTF-8 or too deeply
+nested JSON, and any field out of range (400, before images are decoded); images over the
+per-request count and pixel caps, or of a shape the processor refuses (400, read from their
+headers before decoding); a prompt plus max_tokens beyond ``max_model_len`` (400). Parsing and
+tokenizing run off the event loop, so a large body never stalls other requests; a client that
+disconnects cancels its request, queued or running.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import signal
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 import numpy as np
 from aiohttp import web
-from transformers import AutoProcessor
+from transformers import AutoConfig, AutoProcessor
 
 from vlrl.config import ConfigError, Ge, Gt, Le, NonEmpty
+from vlrl.mm import patch_rule_of
 from vlrl.models import ModelFamilyError, family_of
 from vlrl.rollout.engine import EmbeddedEngine, EngineCore
-from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult
+from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ImagePart, SamplingParams
 from vlrl.rollout.server.media import ImageResolver
 from vlrl.rollout.server.prompt import ChatTemplate
-from vlrl.rollout.server.wire import ApiError, ChatRequest, ImageInput, parse_chat_request
+from vlrl.rollout.server.wire import ApiError, ChatRequest, ImageInput, load_json, parse_chat_request
+
+_RETRY_AFTER_S = 1
+"""Seconds a 429 asks the client to wait before retrying (the openai client honours Retry-After)."""
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +59,7 @@ class _Counters:
     requests: int = 0
     errors: int = 0
     cache_miss_replies: int = 0
+    busy_replies: int = 0
 
 
 class OpenAIServer:
@@ -79,6 +93,18 @@ class OpenAIServer:
         max_image_pixels: Annotated[int, Ge(1)] = 4096 * 4096
         """Largest image (width x height) decoded; larger ones are refused from their header."""
 
+        max_images: Annotated[int, Ge(1)] = 256
+        """Image parts, sent or referenced by uuid, one request may hold."""
+
+        max_request_pixels: Annotated[int, Ge(1)] = 2 * 4096 * 4096
+        """Pixels (width x height) the distinct images one request sends may hold in all, read from
+        their headers before any is decoded. Decoded pixels live until the answer, so the server holds
+        at most about (engine.max_batch + max_queued) x 3 bytes x this."""
+
+        max_queued: Annotated[int, Ge(0)] = 64
+        """Chat requests held beyond one full engine batch (reading, decoding, waiting for a batch);
+        more are answered 429 with Retry-After before their body is read."""
+
         remote_image_hosts: tuple[str, ...] = ()
         """Hosts whose http(s) image URLs may be fetched; empty refuses every remote URL."""
 
@@ -89,7 +115,8 @@ class OpenAIServer:
         """Tokens generated when a request sets neither max_tokens nor max_completion_tokens."""
 
         max_model_len: Annotated[int, Ge(1)] | None = None
-        """Longest prompt plus max_tokens accepted (None: the tokenizer's model_max_length)."""
+        """Longest prompt plus max_tokens accepted (None: the model's max_position_embeddings, also the
+        most it may be)."""
 
         def check(self) -> None:
             if self.api_key == "":
@@ -100,6 +127,11 @@ class OpenAIServer:
                 raise ConfigError(
                     "model_path", self.model_path, "a checkpoint folder of a supported model family", hint=str(error)
                 ) from None
+            positions = _text_config(self.model_path).max_position_embeddings
+            if self.max_model_len is not None and self.max_model_len > positions:
+                raise ConfigError(
+                    "max_model_len", self.max_model_len, f"at most the model's max_position_embeddings, {positions}"
+                )
 
         def build(self) -> OpenAIServer:
             return OpenAIServer(self)
@@ -109,16 +141,26 @@ class OpenAIServer:
         self.model_name = config.served_model_name or config.model_path
         processor = AutoProcessor.from_pretrained(config.model_path)
         self._template = ChatTemplate(processor)
-        self._max_model_len = config.max_model_len or int(processor.tokenizer.model_max_length)
+        text_config = _text_config(config.model_path)
+        self._max_model_len = config.max_model_len or text_config.max_position_embeddings
+        self._vocab_size = text_config.vocab_size
         self._max_bytes = int(config.max_request_mb * 2**20)
+        self._max_held = config.engine.max_batch + config.max_queued
         self._core = EngineCore(config.engine, config.model_path)
         self._images = ImageResolver(
+            rule=patch_rule_of(processor),
+            max_images=config.max_images,
             max_pixels=config.max_image_pixels,
+            max_request_pixels=config.max_request_pixels,
             max_bytes=self._max_bytes,
             remote_hosts=config.remote_image_hosts,
             max_uuids=config.max_uuids,
         )
+        # One thread of its own: prompts are built off the event loop, one at a time (the tokenizer's
+        # truncation and padding state is shared).
+        self._tokenizing = ThreadPoolExecutor(1, thread_name_prefix="serve-tokenize")
         self._counts = _Counters()
+        self._held = 0
         self._decoding = 0
         self._runner: web.AppRunner | None = None
 
@@ -129,7 +171,7 @@ class OpenAIServer:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         await web.TCPSite(self._runner, self._config.host, self._config.port).start()
         host, port = self._runner.addresses[0][:2]
@@ -140,6 +182,7 @@ class OpenAIServer:
             await self._runner.cleanup()
         await self._images.close()
         await self._core.close()
+        self._tokenizing.shutdown(wait=True)
 
     def run(self) -> None:
         """Serve until SIGINT or SIGTERM."""
@@ -152,8 +195,10 @@ class OpenAIServer:
             "requests": c.requests,
             "errors": c.errors,
             "cache_miss_replies": c.cache_miss_replies,
+            "busy_replies": c.busy_replies,
             "images_received": media.images_received,
             "image_bytes_received": media.image_bytes_received,
+            "images_decoded": media.images_decoded,
             "images_referenced": media.images_referenced,
             "remote_images_fetched": media.remote_images_fetched,
         }
@@ -181,7 +226,11 @@ class OpenAIServer:
             return await handler(request)
         except ApiError as error:
             self._counts.errors += 1
-            return web.json_response(error.body(), status=error.status)
+            return web.json_response(error.body(), status=error.status, headers=error.headers)
+        except web.RequestPayloadError:  # a body aiohttp cannot read: bad chunking, corrupt gzip
+            self._counts.errors += 1
+            error = ApiError("the request body cannot be read (corrupt for its Content-Encoding or Transfer-Encoding)")
+            return web.json_response(error.body(), status=400)
         except web.HTTPException as error:  # routing (404, 405) and body size (413)
             self._counts.errors += 1
             message = error.reason
@@ -198,8 +247,8 @@ class OpenAIServer:
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
         key = self._config.api_key
         if key is not None and request.path.startswith("/v1/"):
-            sent = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(sent.encode(), f"Bearer {key}".encode()):
+            sent = request.headers.get("Authorization", "")  # aiohttp keeps non-UTF-8 bytes as surrogates
+            if not hmac.compare_digest(sent.encode(errors="surrogateescape"), f"Bearer {key}".encode()):
                 raise ApiError("invalid or missing API key; send 'Authorization: Bearer <key>'", status=401)
         return await handler(request)
 
@@ -233,12 +282,23 @@ class OpenAIServer:
 
     async def _chat(self, request: web.Request) -> web.Response:
         self._counts.requests += 1
-        raw = await request.read()
+        if self._held >= self._max_held:
+            self._counts.busy_replies += 1
+            raise ApiError(
+                f"the server is busy: it holds {self._held} requests, one engine batch"
+                f" ({self._config.engine.max_batch}) plus --max-queued ({self._config.max_queued});"
+                f" retry in {_RETRY_AFTER_S} s",
+                status=429,
+                headers={"Retry-After": str(_RETRY_AFTER_S)},
+            )
+        self._held += 1
         try:
-            body = await asyncio.to_thread(json.loads, raw)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise ApiError(f"the request body is not valid JSON ({error})") from None
-        chat = parse_chat_request(body, default_max_tokens=self._config.default_max_tokens)
+            return await self._answer(request)
+        finally:
+            self._held -= 1
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        chat = await asyncio.to_thread(self._parse, await request.read())
         if chat.model is not None and chat.model != self.model_name:
             raise ApiError(f"The model `{chat.model}` does not exist.", param="model", status=404)
         self._decoding += 1
@@ -248,17 +308,8 @@ class OpenAIServer:
             self._decoding -= 1
         if missing:
             raise self._miss(chat.images, missing)
-        prompt = chat.prompt_token_ids
-        if prompt is None:
-            prompt = self._template.prompt_ids(chat.messages, [(p.width, p.height) for p in parts])
-        stops = self._template.stop_token_ids(chat.stop, param="stop")
-        sampling = replace(chat.sampling, stop_token_ids=chat.sampling.stop_token_ids + stops)
-        if len(prompt) + sampling.max_tokens > self._max_model_len:
-            raise ApiError(
-                f"max_tokens: the prompt's {len(prompt)} tokens plus max_tokens={sampling.max_tokens} exceed the"
-                f" model's context of {self._max_model_len} tokens",
-                param="max_tokens",
-            )
+        loop = asyncio.get_running_loop()
+        prompt, sampling = await loop.run_in_executor(self._tokenizing, self._prompt, chat, parts)
         request_id = chat.request_id or uuid.uuid4().hex
         trajectory = chat.trajectory_id or f"request:{request_id}"
         try:
@@ -272,6 +323,37 @@ class OpenAIServer:
             lost = set(answer.missing)
             raise self._miss(chat.images, [i for i, p in enumerate(parts) if p.pixels is None and p.content_hash in lost])
         return web.json_response(self._completion(chat, request_id, prompt, answer))
+
+    def _parse(self, raw: bytes) -> ChatRequest:
+        """The body checked as far as it can be without its images (blocking: runs on a thread)."""
+        chat = parse_chat_request(load_json(raw), default_max_tokens=self._config.default_max_tokens)
+        unknown = [i for i in chat.sampling.stop_token_ids if i >= self._vocab_size]
+        if unknown:
+            raise ApiError(
+                f"stop_token_ids: {unknown[0]} is no token id; expected 0 <= id < vocab_size={self._vocab_size}",
+                param="stop_token_ids",
+            )
+        if chat.prompt_token_ids is not None:  # token-in: refused before any image is decoded
+            self._check_context(len(chat.prompt_token_ids), chat.sampling.max_tokens)
+        return chat
+
+    def _prompt(self, chat: ChatRequest, parts: list[ImagePart]) -> tuple[np.ndarray, SamplingParams]:
+        """The prompt ids, and the sampling with stop strings as ids (blocking: tokenizes)."""
+        prompt = chat.prompt_token_ids
+        if prompt is None:
+            prompt = self._template.prompt_ids(chat.messages, [(p.width, p.height) for p in parts])
+        stops = self._template.stop_token_ids(chat.stop, param="stop")
+        sampling = replace(chat.sampling, stop_token_ids=chat.sampling.stop_token_ids + stops)
+        self._check_context(len(prompt), sampling.max_tokens)
+        return prompt, sampling
+
+    def _check_context(self, prompt_tokens: int, max_tokens: int) -> None:
+        if prompt_tokens + max_tokens > self._max_model_len:
+            raise ApiError(
+                f"max_tokens: the prompt's {prompt_tokens} tokens plus max_tokens={max_tokens} exceed the"
+                f" model's context of {self._max_model_len} tokens (the server's --max-model-len)",
+                param="max_tokens",
+            )
 
     def _miss(self, images: tuple[ImageInput, ...], indices: list[int]) -> ApiError:
         """vLLM's message for each missing image, plus the uuids as a field a client can read."""
@@ -318,3 +400,8 @@ class OpenAIServer:
         if chat.return_token_ids:
             body["prompt_token_ids"] = prompt.tolist()
         return body
+
+
+def _text_config(model_path: str) -> Any:
+    """The language model's config: where context length and vocabulary size live in every family."""
+    return AutoConfig.from_pretrained(model_path).get_text_config()

@@ -1,7 +1,17 @@
 """Images of a chat request: decoded (off the event loop) to canonical pixels, or found by uuid.
 
-An image sent with bytes is decoded under a pixel limit (decompression bombs are refused from
-the header) and, when it carries a ``uuid``, remembered as ``uuid -> (content hash, size)``: a
+A request's images pass four steps; each refuses with a 400 that names the part and the limit:
+
+1. at most ``max_images`` image parts, sent or referenced;
+2. one source per image: parts that share a ``uuid`` (vLLM's identity of an image) take the
+   first one's bytes, parts that share a URL are fetched or base64-decoded once;
+3. the size of every distinct image is read from its header, before any pixel is decoded: its
+   aspect ratio must suit the patch rule (the processor refuses the same strips), and the
+   distinct images together may hold at most ``max_request_pixels``;
+4. each distinct image is decoded once, under the per-image ``max_pixels`` (decompression bombs
+   are refused from the header), however many parts carry it.
+
+An image sent with bytes and a ``uuid`` is remembered as ``uuid -> (content hash, size)``: a
 later ``"image_url": null`` part with that uuid is served from the engine's image cache, keyed
 by content hash. The uuid table is a bounded LRU of small records; the pixels live only in the
 engine cache, whose eviction is what a client normally sees as a miss.
@@ -16,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import io
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,8 +34,9 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import numpy as np
+from PIL import Image
 
-from vlrl.mm import ImageError, content_hash, decode_image
+from vlrl.mm import ACCEPTED_FORMATS, ImageError, PatchRule, content_hash, decode_image
 from vlrl.rollout.protocol import ImagePart
 from vlrl.rollout.server.wire import ApiError, ImageInput
 
@@ -34,9 +46,11 @@ _FETCH_TIMEOUT_S = 10.0
 @dataclass(slots=True)
 class MediaStats:
     images_received: int = 0
-    """Images that came with bytes (data URL or fetched)."""
+    """Image parts that came with bytes (data URL or fetched)."""
     image_bytes_received: int = 0
-    """Encoded bytes of those images (after base64 decoding)."""
+    """Encoded bytes of those parts (after base64 decoding)."""
+    images_decoded: int = 0
+    """Distinct images decoded: identical parts of one request decode once."""
     images_referenced: int = 0
     """Images sent as a bare uuid reference."""
     remote_images_fetched: int = 0
@@ -50,8 +64,21 @@ class _Known:
 
 
 class ImageResolver:
-    def __init__(self, *, max_pixels: int, max_bytes: int, remote_hosts: Sequence[str], max_uuids: int) -> None:
+    def __init__(
+        self,
+        *,
+        rule: PatchRule,
+        max_images: int,
+        max_pixels: int,
+        max_request_pixels: int,
+        max_bytes: int,
+        remote_hosts: Sequence[str],
+        max_uuids: int,
+    ) -> None:
+        self._rule = rule
+        self._max_images = max_images
         self._max_pixels = max_pixels
+        self._max_request_pixels = max_request_pixels
         self._max_bytes = max_bytes
         self._remote_hosts = frozenset(host.lower() for host in remote_hosts)
         self._max_uuids = max_uuids
@@ -70,8 +97,14 @@ class ImageResolver:
         the miss, and the client's resend carries only the missing ones. Otherwise an unknown uuid
         is missing, and its part is None.
         """
+        if len(images) > self._max_images:
+            raise ApiError(
+                f"messages: {len(images)} images; at most {self._max_images} per request are accepted"
+                " (the server's --max-images)",
+                param="messages",
+            )
         sent = [i for i, image in enumerate(images) if image.url is not None]
-        decoded = await asyncio.gather(*(self._decode(images[i]) for i in sent))
+        decoded = await self._decode_sent([images[i] for i in sent])
         parts: list[ImagePart | None] = [None] * len(images)
         for i, part in zip(sent, decoded):
             parts[i] = part
@@ -101,18 +134,58 @@ class ImageResolver:
         while len(self._known) > self._max_uuids:
             self._known.popitem(last=False)
 
-    async def _decode(self, image: ImageInput) -> ImagePart:
+    async def _decode_sent(self, images: list[ImageInput]) -> list[ImagePart]:
+        """One part per image sent with bytes (steps 2 to 4 of the module docstring)."""
+        keys = [("uuid", image.uuid) if image.uuid is not None else ("url", image.url) for image in images]
+        first: dict[tuple[str, str], ImageInput] = {}
+        for key, image in zip(keys, images):
+            first.setdefault(key, image)
+        data_of = dict(zip(first, await asyncio.gather(*(self._bytes(image) for image in first.values()))))
+        distinct: dict[bytes, ImageInput] = {}
+        for key, image in first.items():
+            distinct.setdefault(data_of[key], image)
+        sizes = await asyncio.gather(*(asyncio.to_thread(_header_size, data) for data in distinct))
+        self._check_sizes(list(distinct.values()), sizes)
+        decoded = await asyncio.gather(*(self._decode(data, image) for data, image in distinct.items()))
+        part_of = dict(zip(distinct, decoded))
+        self.stats.images_decoded += len(distinct)
+        self.stats.images_received += len(images)
+        self.stats.image_bytes_received += sum(len(data_of[key]) for key in keys)
+        return [part_of[data_of[key]] for key in keys]
+
+    def _check_sizes(self, images: list[ImageInput], sizes: list[tuple[int, int] | None]) -> None:
+        """Each image's aspect ratio, and the request's pixels in all, from the headers."""
+        total = 0
+        for image, size in zip(images, sizes):
+            if size is None:  # no header PIL can read: decode_image says what is wrong
+                continue
+            width, height = size
+            try:
+                self._rule.num_tokens(width, height)
+            except ImageError as error:
+                where = f"{image.where}.image_url.url"
+                raise ApiError(f"{where}: {error}", param=where) from None
+            if width * height <= self._max_pixels:  # larger ones decode_image refuses, from their header
+                total += width * height
+        if total > self._max_request_pixels:
+            raise ApiError(
+                f"messages: the request's distinct images hold {total} pixels; at most"
+                f" {self._max_request_pixels} per request are decoded (the server's --max-request-pixels)",
+                param="messages",
+            )
+
+    async def _bytes(self, image: ImageInput) -> bytes:
         where = f"{image.where}.image_url.url"
         if image.url.startswith("data:"):
-            data = await asyncio.to_thread(_data_url_bytes, image.url, where)
-        else:
-            data = await self._fetch(image.url, where)
+            return await asyncio.to_thread(_data_url_bytes, image.url, where)
+        return await self._fetch(image.url, where)
+
+    async def _decode(self, data: bytes, image: ImageInput) -> ImagePart:
         try:
             pixels, key = await asyncio.to_thread(_canonical, data, self._max_pixels)
         except ImageError as error:
+            where = f"{image.where}.image_url.url"
             raise ApiError(f"{where}: {error}", param=where) from None
-        self.stats.images_received += 1
-        self.stats.image_bytes_received += len(data)
         return ImagePart(key, int(pixels.shape[1]), int(pixels.shape[0]), pixels)
 
     async def _fetch(self, url: str, where: str) -> bytes:
@@ -154,6 +227,15 @@ def _data_url_bytes(url: str, where: str) -> bytes:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise ApiError(f"{where}: the data URL's payload is not valid base64", param=where) from None
+
+
+def _header_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from the header alone (PIL opens lazily), or None where it reads none."""
+    try:
+        with Image.open(io.BytesIO(data), formats=ACCEPTED_FORMATS) as image:
+            return image.size
+    except Exception:  # anything PIL raises on a bad header; decode_image reports it precisely
+        return None
 
 
 def _canonical(data: bytes, max_pixels: int) -> tuple[np.ndarray, str]:

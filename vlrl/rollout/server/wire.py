@@ -11,16 +11,24 @@ client relies on is silently dropped):
 - vlrl extensions: ``prompt_token_ids`` (token-in: the ids are the whole prompt; the messages then
   carry only the images, in prompt order) and ``trajectory_id`` (turns of one trajectory reuse
   its cached KV prefix).
+
+Every sampling value is checked here, before the request can join a batch: one request's value
+that made the batch's draw raise (a seed torch cannot take, a denormal temperature whose
+``logits / temperature`` overflows) would fail every request sampled with it. Temperature is 0
+(greedy) or in [``MIN_TEMPERATURE``, 2]; seeds are integers in [0, 2**63).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from vlrl.rollout.engine.sampling import MIN_TEMPERATURE, SEED_LIMIT
 from vlrl.rollout.protocol import SamplingParams
 
 _ROLES = ("system", "user", "assistant")
@@ -32,6 +40,10 @@ _FIELDS = frozenset(
     }
 )  # fmt: skip
 
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of arrays and objects accepted; a chat body needs 6 (the body, messages, a
+message, its content, a part, its image_url)."""
+
 
 class ApiError(Exception):
     """An error answered in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
@@ -42,13 +54,24 @@ class ApiError(Exception):
         404: "NotFoundError",
         405: "MethodNotAllowedError",
         413: "RequestTooLargeError",
+        429: "RateLimitError",
         500: "InternalServerError",
     }
 
-    def __init__(self, message: str, *, param: str | None = None, status: int = 400, **extra: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        status: int = 400,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        """``extra`` fields join the error object; ``headers`` go on the HTTP answer."""
         super().__init__(message)
         self.status = status
         self.param = param
+        self.headers = headers
         self.extra = extra
 
     def body(self) -> dict[str, Any]:
@@ -93,6 +116,21 @@ class ChatRequest:
         return tuple(p for m in self.messages for p in m.content if isinstance(p, ImageInput))
 
 
+def load_json(raw: bytes) -> Any:
+    """The body's JSON value (blocking: call it off the event loop); malformed, non-UTF-8 or too
+    deeply nested JSON is a 400."""
+    try:
+        value = json.loads(raw)
+        too_deep = _too_deep(value)
+    except RecursionError:  # nested past the interpreter's recursion limit, so past ours
+        too_deep = True
+    except ValueError as error:  # UnicodeDecodeError included
+        raise ApiError(f"the request body is not valid JSON ({error})") from None
+    if too_deep:
+        raise ApiError(f"the request body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
 def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
     if not isinstance(body, dict):
         raise ApiError(f"the request body is {_kind(body)}; expected a JSON object")
@@ -104,7 +142,7 @@ def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
     if body.get("stream") not in (None, False):
         raise ApiError("stream: only non-streaming completions are served; send stream=false", param="stream")
     if body.get("n") not in (None, 1):
-        raise ApiError(f"n: {body['n']!r}; only n=1 is served", param="n")
+        raise ApiError(f"n: {reprlib.repr(body['n'])}; only n=1 is served", param="n")
     if body.get("top_logprobs") not in (None, 0):
         raise ApiError("top_logprobs: only the sampled token's logprob is returned; send 0", param="top_logprobs")
     prompt_ids = _token_ids(body, "prompt_token_ids")
@@ -119,13 +157,21 @@ def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
     stop = [stop] if isinstance(stop, str) else stop
     if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
         raise ApiError("stop: expected a non-empty string or a list of them", param="stop")
+    for text in stop or ():
+        _check_unicode(text, "stop")
     stop_ids = _token_ids(body, "stop_token_ids")
+    temperature = _get(body, "temperature", float, lo=0, hi=2, default=1.0)
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise ApiError(
+            f"temperature: {temperature!r}; expected 0 (greedy) or a number in [{MIN_TEMPERATURE:g}, 2]",
+            param="temperature",
+        )
     sampling = SamplingParams(
-        temperature=_get(body, "temperature", float, lo=0, hi=2, default=1.0),
+        temperature=temperature,
         top_p=_get(body, "top_p", float, lo=0, hi=1, default=1.0, open_lo=True),
         max_tokens=max_tokens,
         stop_token_ids=() if stop_ids is None else tuple(int(i) for i in stop_ids),
-        seed=_get(body, "seed", int),
+        seed=_get(body, "seed", int, lo=0, hi=SEED_LIMIT - 1),
     )
     return ChatRequest(
         model=_get(body, "model", str),
@@ -181,7 +227,7 @@ def _content(value: Any, where: str, *, token_in: bool) -> tuple[str | ImageInpu
                 )
             if not isinstance(part.get("text"), str):
                 raise ApiError(f"{at}.text: expected a string", param=f"{at}.text")
-            out.append(part["text"])
+            out.append(_check_unicode(part["text"], f"{at}.text"))
         elif kind == "image_url":
             out.append(_image(part, at))
         else:
@@ -235,16 +281,40 @@ def _get(
     if value is None:
         return default
     ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-    if kind is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind is float:  # an int of any size compares with the bounds; only a float can be nan or inf
+        ok = isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and math.isfinite(value)
     if ok and lo is not None:
         ok = value > lo if open_lo else value >= lo
     if ok and hi is not None:
         ok = value <= hi
     if not ok:
         bounds = f" in {'(' if open_lo else '['}{lo}, {hi}]" if hi is not None else f" >= {lo}" if lo is not None else ""
-        raise ApiError(f"{name}: {value!r}; expected {_article(kind)}{bounds}", param=name)
+        shown = reprlib.repr(value)  # a 60 MB list sent as temperature is not echoed back whole
+        raise ApiError(f"{name}: {shown}; expected {_article(kind)}{bounds}", param=name)
     return float(value) if kind is float else value
+
+
+def _check_unicode(text: str, where: str) -> str:
+    """JSON's ``\\ud800`` escapes decode to lone surrogates, which no tokenizer can encode."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        message = f"{where}: holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape)"
+        raise ApiError(message, param=where) from None
+    return text
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether ``value`` nests lists and dicts deeper than ``MAX_JSON_DEPTH`` (level by level: no recursion)."""
+    level = [value] if isinstance(value, (list, dict)) else []
+    for _ in range(MAX_JSON_DEPTH):
+        level = [
+            child
+            for container in level
+            for child in (container.values() if isinstance(container, dict) else container)
+            if isinstance(child, (list, dict))
+        ]
+    return bool(level)
 
 
 def _article(kind: type) -> str:
