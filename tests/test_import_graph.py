@@ -22,8 +22,9 @@ LAYERS = (
     ("vlrl.gym",),
     ("vlrl.models", "vlrl.pool", "harnesses"),
     ("vlrl.rollout", "vlrl.control", "vlrl.train"),
-    ("vlrl.job", "vlrl.bench"),
+    ("vlrl.job",),
     ("vlrl.recipes",),
+    ("vlrl.bench",),
     ("vlrl.cli",),
 )
 """Bottom first. A package may import only packages of lower layers."""

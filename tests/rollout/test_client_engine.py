@@ -10,10 +10,10 @@ import pytest
 
 from vlrl.mm import patch_rule_of
 from vlrl.rollout.chat import ChatFormat, ChatTurn
-from vlrl.rollout.client import ContextImage, InferenceClient
+from vlrl.rollout.client import BadRequestError, ContextImage, InferenceClient
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.protocol import SamplingParams
-from vlrl.rollout.ray_endpoint import EngineCallError, RayEndpoint
+from vlrl.rollout.ray_endpoint import RayEndpoint
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -71,7 +71,7 @@ def test_an_error_raised_inside_the_engine_reaches_the_caller_whole(ray_session,
     try:
         client = InferenceClient([RayEndpoint(engine, "engine-3")], InferenceClient.Config(backoff_s=0))
         ids = np.asarray([1, 2, 10**8], np.int32)  # beyond the vocabulary
-        with pytest.raises(EngineCallError) as caught:
+        with pytest.raises(BadRequestError) as caught:
             asyncio.run(client.generate("t", ids, [], SamplingParams(max_tokens=2), request_id="r0"))
         message = str(caught.value)
         assert message.startswith("engine engine-3: generate raised ValueError: request r0: prompt_ids hold ids in [1, 100000000]")

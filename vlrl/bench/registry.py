@@ -57,6 +57,11 @@ BENCHMARKS: dict[str, Benchmark] = {
             "vlrl.bench.train_bench",
         ),
         Benchmark(
+            "chaos",
+            "the main job's training loop under one injected fault per run: survived, books exact, keys left",
+            "vlrl.bench.chaos_bench",
+        ),
+        Benchmark(
             "xdesktop",
             "a real X desktop instance per task family: reset, step, RSS; a reused instance vs one per episode",
             "vlrl.bench.xdesktop_bench",

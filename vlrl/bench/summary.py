@@ -46,6 +46,11 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("*speedup_vs_single*", "tokens/s of the layout / single process"),
         ("*mem_vs_single*", "peak memory of the layout / single process"),
     ),
+    "chaos": (
+        ("survived", "runs (one per fault kind) that finished their steps"),
+        ("books_exact", "runs whose group books balanced after every step"),
+        ("keys_left", "store keys left after close, all runs together (0: nothing leaked)"),
+    ),
     "xdesktop": (
         ("*warm_over_cold", "reset of a reused instance / a new instance per episode (lower is better)"),
         ("*rss_mb*", "MB resident per instance (X server, window manager, apps)"),

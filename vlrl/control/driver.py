@@ -6,8 +6,12 @@ accept-time hook, and buffers accepted groups per data source. A batch is yielde
 source has contributed its share; surplus groups wait for the next batch unless they grow staler
 than ``max_staleness`` policy versions. The driver owns key lifetimes: rejected, dropped, failed
 and stale groups are deleted at once, consumed ones when the trainer is done with them; each
-deleted sequence drops its references to its images (``mm.delete_sequences``), so an image key
+deleted sequence drops its references to its images (as ``mm.delete_sequences``), so an image key
 shared by many groups goes with the last sequence that names it.
+
+Store errors never end the run: the accept-time hook is retried with back-off when the store
+fails it (a busy or unreachable shard), and a group it still fails, or whose payload is lost with
+a dead shard, leaves as ``failed``; deletions skip a dead shard, since what it held is gone.
 
 Books are kept in groups: ``generated == accepted + rejected + dropped + failed + stale + pending``
 at every step, and every accepted group is trained exactly once.
@@ -16,19 +20,28 @@ at every step, and every accepted group is trained exactly once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from vlrl.config import ConfigError, DataSource, Ge
+from ray.exceptions import RayError
+
+from vlrl.config import ConfigError, DataSource, Ge, Gt
 from vlrl.control.grader import Grader, GraderRunner
 from vlrl.control.group_hook import GroupHook
-from vlrl.mm import delete_sequences
 from vlrl.pool.budget import split_by_shares
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import Tenant, TenantOutcome
 from vlrl.records import AcceptedGroup, Batch, SeqMeta
+from vlrl.store import ShardLostError, StoreError, StoreTimeoutError
+
+STORE_ERRORS = (StoreError, RayError)
+"""What the store may raise to the accept-time hook; retried, then the group fails."""
+
+SHARD_ERRORS = (ShardLostError, StoreTimeoutError, RayError)
+"""A shard dead or not answering: deletions skip it (other store errors are driver bugs)."""
 
 TenantFactory = Callable[[DataSource, int, str, int], Tenant]
 """Builds the tenant of one trajectory: ``(source, task_seed, group_id, sample_index)``; the
@@ -93,6 +106,12 @@ class Driver:
 
         hook: GroupHook.Config = field(default_factory=GroupHook.Config)
         """Sampling, penalties and advantages applied to each finished group."""
+
+        hook_retries: Annotated[int, Ge(0)] = 3
+        """Retries of the accept-time hook when a store error fails it, before the group fails."""
+
+        hook_retry_s: Annotated[float, Gt(0)] = 0.1
+        """Back-off before the first hook retry; it doubles with each further retry."""
 
         grader: GraderRunner.Config | None = None
         """Concurrency and retries of the group grader, when one is given to the driver."""
@@ -178,7 +197,7 @@ class Driver:
 
     def consumed(self, batch: Batch) -> None:
         """The trainer is done with ``batch``: delete its keys (and images nobody needs any more)."""
-        delete_sequences(self.store, batch.sequences)
+        self._delete(batch.sequences)
         self.book.trained += len(batch.groups)
 
     async def close(self) -> None:
@@ -187,17 +206,17 @@ class Driver:
         await asyncio.gather(*self._tasks)
         if self.grader is not None:
             if self._grading_waiter is not None:
-                self._graded(await self._grading_waiter)
+                await self._graded(await self._grading_waiter)
                 self._grading_waiter = None
             while True:  # results already queued, then those still being graded
                 for result in self.grader.ready():
-                    self._graded(result)
+                    await self._graded(result)
                 if not self.grader.pending:
                     break
-                self._graded(await self.grader.next_result())
+                await self._graded(await self.grader.next_result())
         for buffered in self._buffer.values():
             for group in buffered:
-                delete_sequences(self.store, group.metas)
+                self._delete(group.metas)
             buffered.clear()
 
     # -- rollouts ----------------------------------------------------------------------------
@@ -236,14 +255,14 @@ class Driver:
         metas = tuple(meta for outcome in outcomes if outcome.status == "ok" for meta in outcome.value)
         failed = [outcome for outcome in outcomes if outcome.status != "ok"]
         if failed:
-            delete_sequences(self.store, metas)  # the trajectories that did finish, and their images
+            self._delete(metas)  # the trajectories that did finish, and their images
             self._leave("failed", _failure_reason(failed))
             return
         if self.grader is not None:
             self.grader.submit(metas)
             self._grading[source.name] += 1
         else:
-            self._decide(source.name, metas)
+            await self._decide(source.name, metas)
 
     def _undecided(self, name: str | None = None) -> int:
         """Groups launched and not decided yet (of one source, or all): rolling out or being graded."""
@@ -251,8 +270,14 @@ class Driver:
         return sum(self._in_flight[n] + self._grading[n] for n in names)
 
     async def _wait_for_progress(self) -> None:
+        if self.grader is not None:
+            finished = self.grader.ready()  # graded while nobody waited (during a training step)
+            for result in finished:
+                await self._graded(result)
+            if finished:
+                return
         waiting: set[asyncio.Future[Any]] = set(self._tasks)
-        if self.grader is not None and self.grader.pending:
+        if self.grader is not None and (self.grader.pending or self._grading_waiter is not None):
             if self._grading_waiter is None:
                 self._grading_waiter = asyncio.get_running_loop().create_task(self.grader.next_result())
             waiting.add(self._grading_waiter)
@@ -262,26 +287,31 @@ class Driver:
         for task in done:
             if task is self._grading_waiter:
                 self._grading_waiter = None
-                self._graded(task.result())
+                await self._graded(task.result())
             else:
                 task.result()  # a driver bug inside a group task must surface, not vanish
 
-    def _graded(self, result: Any) -> None:
+    async def _graded(self, result: Any) -> None:
         source = result.metas[0].source
         self._grading[source] -= 1
         if not result.ok:
-            delete_sequences(self.store, result.metas)
+            self._delete(result.metas)
             self._leave("failed", result.error)
             return
         self.book.graded += 1
-        self._decide(source, tuple(result.metas))
+        await self._decide(source, tuple(result.metas))
 
     # -- group lifecycle ---------------------------------------------------------------------
 
-    def _decide(self, source: str, metas: tuple[SeqMeta, ...]) -> None:
-        decision = self.hook(metas, self.store)
+    async def _decide(self, source: str, metas: tuple[SeqMeta, ...]) -> None:
+        try:
+            decision = await self._hook_with_retries(metas)
+        except STORE_ERRORS as error:
+            self._delete(metas)
+            self._leave("failed", f"accept-time hook: {type(error).__name__}: {str(error).splitlines()[0]}")
+            return
         if not decision.accepted:
-            delete_sequences(self.store, metas)
+            self._delete(metas)
             self._leave(decision.status, decision.reason)
             return
         self.book.accepted += 1
@@ -293,9 +323,36 @@ class Driver:
         for name, buffered in self._buffer.items():
             while buffered and buffered[0].policy_version < oldest:
                 group = buffered.popleft()
-                delete_sequences(self.store, group.metas)
+                self._delete(group.metas)
                 self.book.accepted -= 1
                 self._leave("stale", f"policy version {group.policy_version} older than {oldest}")
+
+    async def _hook_with_retries(self, metas: tuple[SeqMeta, ...]) -> Any:
+        """The hook's decision; a store error is retried with doubling back-off, a lost shard is not."""
+        for attempt in range(self.config.hook_retries + 1):
+            try:
+                return self.hook(metas, self.store)
+            except STORE_ERRORS as error:
+                if isinstance(error, ShardLostError) or attempt == self.config.hook_retries:
+                    raise
+                await asyncio.sleep(self.config.hook_retry_s * 2**attempt)
+
+    def _delete(self, metas: tuple[SeqMeta, ...] | list[SeqMeta]) -> None:
+        """Delete sequences and drop their image references (as ``mm.delete_sequences``). A dead
+        shard's keys are gone with it; every live shard still deletes or releases its own."""
+        if not metas:
+            return
+        keys = [meta.key for meta in metas]
+        try:
+            self.store.delete(keys)
+        except SHARD_ERRORS as error:
+            self.book.reasons[f"delete failed: {type(error).__name__}"] += 1
+            with contextlib.suppress(*SHARD_ERRORS):
+                self.store.delete(keys, missing_ok=True)
+        try:
+            self.store.release([item.store_key for meta in metas for item in meta.images])
+        except SHARD_ERRORS as error:  # each live shard released its keys before the error came back
+            self.book.reasons[f"release failed: {type(error).__name__}"] += 1
 
     def _leave(self, status: str, reason: str) -> None:
         setattr(self.book, status, getattr(self.book, status) + 1)

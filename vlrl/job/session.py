@@ -33,6 +33,7 @@ from vlrl.job.tracking import IDS_FILE
 from vlrl.mm import delete_sequences
 from vlrl.models import family_of
 from vlrl.records import SeqMeta
+from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY
 from vlrl.train.loss import PolicyLoss
@@ -148,7 +149,10 @@ class JobSession:
         return replace(self.config.trainer, trainer=trainer).build(model_path=model_path, store_config=self.config.store)
 
     async def push_weights(self, group: TrainerGroup, version: int) -> None:
-        await asyncio.to_thread(group.push_weights, self.engines, version)
+        """To every engine and, for replicas that restart, to their weights keepers; a replica that
+        is down does not fail the push."""
+        keepers = [k for k in map(EmbeddedEngine.weights_keeper, self.engines) if k is not None]
+        await asyncio.to_thread(group.push_weights, self.engines, version, keepers)
         self.engine_version = version
 
     def checkpoint_dir(self, name: str) -> Path:

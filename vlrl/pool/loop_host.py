@@ -2,8 +2,9 @@
 
 The host builds its shared resources once (``setup``: e.g. the inference client and the one
 tokenizer of the host) and hands them to every tenant. Blocking work goes to a bounded thread
-pool. A tenant that raises or times out is reported in its ``TenantOutcome`` and cleaned up;
-the host and its other tenants go on.
+pool. A tenant that raises or times out is reported in its ``TenantOutcome`` and cleaned up
+(its store writes are taken back, ``TenantContext.writes``: nobody would own those keys); the
+host and its other tenants go on.
 """
 
 from __future__ import annotations
@@ -40,14 +41,15 @@ class LoopHost:
             return TenantOutcome(tenant_id, "ok", value=value, host=self._index)
         except asyncio.TimeoutError:
             limit = self._config.tenant_timeout_s
-            return TenantOutcome(tenant_id, "timeout", error=f"ran longer than {limit:g} s", host=self._index)
+            outcome = TenantOutcome(tenant_id, "timeout", error=f"ran longer than {limit:g} s", host=self._index)
         except RayActorError as error:
-            return TenantOutcome(tenant_id, "env_host_died", error=_describe(error), host=self._index)
+            outcome = TenantOutcome(tenant_id, "env_host_died", error=_describe(error), host=self._index)
         except Exception as error:
-            return TenantOutcome(tenant_id, "failed", error=_describe(error, with_trace=True), host=self._index)
+            outcome = TenantOutcome(tenant_id, "failed", error=_describe(error, with_trace=True), host=self._index)
         finally:
             del self._running[tenant_id]
             await ctx.close()
+        return await self._take_back(ctx, outcome)
 
     async def in_flight(self) -> int:
         return len(self._running)
@@ -60,6 +62,15 @@ class LoopHost:
         import ray
 
         return ray.get_runtime_context().get_node_id()
+
+    async def _take_back(self, ctx: TenantContext, outcome: TenantOutcome) -> TenantOutcome:
+        """Undo the store writes of a tenant whose result is discarded; a failed undo is reported."""
+        try:
+            await self._run_blocking(ctx.writes.take_back)
+        except Exception as error:
+            note = f"; taking back its store writes failed: {_describe(error)}"
+            return TenantOutcome(outcome.tenant_id, outcome.status, error=f"{outcome.error}{note}", host=self._index)
+        return outcome
 
     async def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)

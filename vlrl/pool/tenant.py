@@ -16,6 +16,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from vlrl.harness import Action, ActionError, Observation, StepResult
 from vlrl.pool.remote_errors import EnvCallError, cause_of
+from vlrl.store import WriteLedger
 
 T = TypeVar("T")
 
@@ -97,6 +98,9 @@ class TenantContext:
         self._run_blocking = run_blocking
         self._env = env
         self._sessions: list[EnvSession] = []
+        self.writes = WriteLedger(f"tenant {tenant_id}")
+        """Store writes of this tenant's result: the host takes them back if it discards the result
+        (a timeout or failure), even when the tenant's thread finishes writing later."""
 
     async def to_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """Run blocking work on the host's threads, never on its event loop."""

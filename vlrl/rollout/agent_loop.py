@@ -122,6 +122,7 @@ class AgentLoop:
                 finish=episode.finish,
                 patch_rule=runtime.patch_rule,
                 task=episode.task,
+                ledger=ctx.writes,
             )
         )
 

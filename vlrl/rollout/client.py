@@ -6,10 +6,19 @@
 - **Delta shipping.** Per trajectory, a ``DeltaTracker`` knows which content hashes the replica
   already holds; a request carries pixels only for the others. A ``CacheMiss`` answer (eviction,
   restart) makes the client forget those hashes and resend, never fail the rollout.
-- **Faults.** Transient errors are retried with exponential back-off; a replica that is gone
-  (``EndpointUnavailable``) loses the trajectory's stickiness, and the next try starts afresh on
-  the least-loaded live replica. After the last try the caller gets an ``InferenceError`` that
-  says what happened.
+- **Faults**, classified the same way by every endpoint (Ray or HTTP):
+
+  - ``TransientEndpointError`` (overload, timeout) is retried with exponential back-off;
+  - ``EndpointUnavailable`` (the replica died or is restarting) drops the trajectory's
+    stickiness, and the next try starts afresh on the least-loaded live replica;
+  - ``BadRequestError`` (the engine refused the request: the caller's fault) and
+    ``EngineError`` (the engine failed in a way a retry would repeat) are never retried: the
+    caller, and so the episode, gets them with the engine's reason.
+
+  After the last try the caller gets an ``InferenceError`` that says what happened.
+- **Cache-miss bound.** A turn resends at most ``max_resends`` times over all its tries (the
+  second resend and later ship every image), so a replica that keeps missing costs at most
+  ``1 + max_resends`` requests and then an ``InferenceError``, not a resend storm on every retry.
 """
 
 from __future__ import annotations
@@ -31,7 +40,17 @@ class EndpointUnavailable(Exception):
 
 
 class TransientEndpointError(Exception):
-    """A failure worth retrying on the same replica (overload, timeout, a 5xx answer)."""
+    """A failure worth retrying on the same replica (overload, timeout, a server's "try later")."""
+
+
+class BadRequestError(ValueError):
+    """The engine refused the request as malformed (ids out of vocabulary, image runs that do not
+    match the images): the caller's fault, so a retry would be refused the same way."""
+
+
+class EngineError(RuntimeError):
+    """The engine failed unexpectedly on a valid request (a bug, a server's 500): not retried,
+    since the same request would fail the same way; the message is the engine's reason."""
 
 
 class InferenceError(RuntimeError):
@@ -93,8 +112,10 @@ class InferenceClient:
         request_timeout_s: Annotated[float, Gt(0)] = 300.0
         """A request running longer counts as a transient failure."""
 
-        max_resends: Annotated[int, Ge(0)] = 3
-        """Cache misses answered by resending within one try before it counts as failed."""
+        max_resends: Annotated[int, Ge(0)] = 2
+        """Cache misses answered by resending, per turn over all its tries; the second resend ships
+        every image (the replica's cache may be smaller than the context). One more miss fails
+        the turn with ``InferenceError``."""
 
         image_shipping: Literal["delta", "full"] = "delta"
         """'delta' ships each image's pixels once per trajectory and references after; 'full' resends
@@ -120,14 +141,13 @@ class InferenceClient:
     ) -> GenerateResult:
         config = self._config
         errors: list[str] = []
-        for attempt in range(config.retries + 1):
-            if attempt:
-                self.stats.retries += 1
-                await asyncio.sleep(min(config.backoff_max_s, config.backoff_s * 2 ** (attempt - 1)))
+        resends = 0
+        attempt = 0
+        while True:
             replica = await self._replica_for(trajectory_id)
             endpoint = self._endpoints[replica]
             try:
-                return await self._try(endpoint, trajectory_id, prompt_ids, images, sampling, request_id)
+                answer = await self._send(endpoint, trajectory_id, prompt_ids, images, sampling, request_id, resends)
             except EndpointUnavailable as error:
                 # The replica may be restarting with empty caches, or gone: start afresh on the
                 # least-loaded replica that answers (possibly this one, once it is back).
@@ -137,10 +157,25 @@ class InferenceClient:
                 self.stats.reroutes += 1
             except (TransientEndpointError, asyncio.TimeoutError) as error:
                 errors.append(f"{endpoint.name}: {type(error).__name__}: {error}")
-        raise InferenceError(
-            f"request {request_id} of trajectory {trajectory_id} failed after {config.retries + 1} tries: "
-            + "; ".join(errors)
-        )
+            else:
+                if not isinstance(answer, CacheMiss):
+                    return answer
+                if resends == config.max_resends:
+                    raise InferenceError(
+                        f"request {request_id} of trajectory {trajectory_id}: {endpoint.name} still misses"
+                        f" {len(answer.missing)} image(s) after {resends} resend(s)"
+                        + (", the last with every image" if resends >= 2 else "")
+                    )
+                resends += 1
+                continue
+            attempt += 1
+            if attempt > config.retries:
+                raise InferenceError(
+                    f"request {request_id} of trajectory {trajectory_id} failed after {attempt} tries: "
+                    + "; ".join(errors)
+                )
+            self.stats.retries += 1
+            await asyncio.sleep(min(config.backoff_max_s, config.backoff_s * 2 ** (attempt - 1)))
 
     async def end_trajectory(self, trajectory_id: str) -> None:
         """Drop the trajectory's stickiness and let its replica free the cached prefix."""
@@ -156,7 +191,7 @@ class InferenceClient:
         replica = self._sticky.get(trajectory_id)
         return None if replica is None else self._endpoints[replica].name
 
-    async def _try(
+    async def _send(
         self,
         endpoint: Endpoint,
         trajectory_id: str,
@@ -164,31 +199,31 @@ class InferenceClient:
         images: Sequence[ContextImage],
         sampling: SamplingParams,
         request_id: str,
-    ) -> GenerateResult:
+        resends: int,
+    ) -> GenerateResult | CacheMiss:
+        """One request; from the second resend on (or with 'full' shipping) it carries every image."""
         tracker = self._trackers[trajectory_id]
-        for resend in range(self._config.max_resends + 1):
-            if resend >= 2 or self._config.image_shipping == "full":
-                tracker.reset()  # a replica cache smaller than the context: ship every image again
-            request = GenerateRequest(
-                request_id=request_id,
-                trajectory_id=trajectory_id,
-                prompt_ids=np.asarray(prompt_ids, dtype=np.int32),
-                images=_delta_parts(images, tracker),
-                sampling=sampling,
-            )
-            answer = await asyncio.wait_for(endpoint.generate(request), self._config.request_timeout_s)
-            self.stats.requests += 1
-            self.stats.image_bytes_sent += request.image_bytes
-            if isinstance(answer, CacheMiss):
-                # The replica keeps what this request carried; only the reported hashes go again.
-                self.stats.cache_misses += len(answer.missing)
-                tracker.shipped(part.content_hash for part in request.images if part.pixels is not None)
-                tracker.lost(answer.missing)
-                continue
-            self.stats.images_referenced += sum(part.pixels is None for part in request.images)
-            tracker.shipped(part.content_hash for part in request.images)
+        if resends >= 2 or self._config.image_shipping == "full":
+            tracker.reset()  # a replica cache smaller than the context: ship every image again
+        request = GenerateRequest(
+            request_id=request_id,
+            trajectory_id=trajectory_id,
+            prompt_ids=np.asarray(prompt_ids, dtype=np.int32),
+            images=_delta_parts(images, tracker),
+            sampling=sampling,
+        )
+        answer = await asyncio.wait_for(endpoint.generate(request), self._config.request_timeout_s)
+        self.stats.requests += 1
+        self.stats.image_bytes_sent += request.image_bytes
+        if isinstance(answer, CacheMiss):
+            # The replica keeps what this request carried; only the reported hashes go again.
+            self.stats.cache_misses += len(answer.missing)
+            tracker.shipped(part.content_hash for part in request.images if part.pixels is not None)
+            tracker.lost(answer.missing)
             return answer
-        raise TransientEndpointError(f"still missing images after {self._config.max_resends} resends")
+        self.stats.images_referenced += sum(part.pixels is None for part in request.images)
+        tracker.shipped(part.content_hash for part in request.images)
+        return answer
 
     async def _replica_for(self, trajectory_id: str) -> int:
         self._trackers.setdefault(trajectory_id, DeltaTracker())

@@ -10,8 +10,13 @@ documented in ``vlrl.rollout.server``. Answers map onto the client's contract:
   at index i but data is not provided." mapped back through the request's images; vLLM names only
   the first missing image, and the client's resend loop ships every image after two misses);
 - a connection refused or not made in time -> ``EndpointUnavailable``;
-- 429, 5xx, timeouts and connections dropped mid-request -> ``TransientEndpointError`` (the
-  client's retry then finds out whether the server is gone); any other 4xx -> ``ValueError``.
+- what the server says is worth retrying -> ``TransientEndpointError``: 429, 503 and a proxy's
+  502 or 504 (a replica behind it restarting), any 5xx with ``Retry-After``, and timeouts and
+  connections dropped mid-request (the client's retry then finds out whether the server is gone);
+- any other 4xx -> ``BadRequestError`` (the request's fault: ``vlrl serve`` answers the engine's
+  admission errors with 400), never retried;
+- any other 5xx -> ``EngineError``: ``vlrl serve``'s 500 is an unexpected engine failure, which
+  the same request would meet again, so it is not retried either.
 
 ``load()`` reads Prometheus ``/metrics`` and sums vLLM's ``vllm:num_requests_running`` and
 ``vllm:num_requests_waiting`` over all label sets (``vlrl serve`` exports the same gauges).
@@ -37,11 +42,13 @@ import numpy as np
 
 from vlrl.config import Gt, NonEmpty
 from vlrl.mm import encode_image
-from vlrl.rollout.client import EndpointUnavailable, TransientEndpointError
+from vlrl.rollout.client import BadRequestError, EndpointUnavailable, EngineError, TransientEndpointError
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ImagePart
 
 _VLLM_MISS = re.compile(r"Cache miss for image at index (\d+)")
 _LOAD_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+_TRY_LATER = (429, 502, 503, 504)
+"""Statuses that say "try again later" (HTTP's overload and gateway answers)."""
 
 
 class OpenAIEndpoint:
@@ -102,19 +109,19 @@ class OpenAIEndpoint:
             "return_token_ids": True,
         }
         data = await asyncio.to_thread(json.dumps, body) if request.image_bytes else json.dumps(body)
-        status, answer = await self._call("POST", "/v1/chat/completions", data)
+        status, answer, later = await self._call("POST", "/v1/chat/completions", data)
         if status == 400:
             missing = missing_images(answer, [part.content_hash for part in request.images])
             if missing:
                 return CacheMiss(request.request_id, missing)
         if status != 200:
-            raise _status_error(self.name, status, answer)
+            raise _status_error(self.name, status, answer, later)
         return self._result(request, answer)
 
     async def load(self) -> int:
-        status, text = await self._call("GET", "/metrics", None, parse=False)
+        status, text, later = await self._call("GET", "/metrics", None, parse=False)
         if status != 200:
-            raise _status_error(self.name, status, text)
+            raise _status_error(self.name, status, text, later)
         metrics = parse_metrics(text)
         return int(sum(metrics.get(gauge, 0.0) for gauge in _LOAD_GAUGES))
 
@@ -133,13 +140,15 @@ class OpenAIEndpoint:
         return {"type": "image_url", "image_url": {"url": url}, "uuid": part.content_hash}
 
     async def _first_model(self) -> str:
-        status, answer = await self._call("GET", "/v1/models", None)
+        status, answer, later = await self._call("GET", "/v1/models", None)
         if status != 200 or not answer.get("data"):
-            raise _status_error(self.name, status, answer)
+            raise _status_error(self.name, status, answer, later)
         self._model = answer["data"][0]["id"]
         return self._model
 
-    async def _call(self, method: str, path: str, data: str | None, *, parse: bool = True) -> tuple[int, Any]:
+    async def _call(self, method: str, path: str, data: str | None, *, parse: bool = True) -> tuple[int, Any, bool]:
+        """The status, the answer (parsed unless ``parse`` is False) and whether it asks for a retry
+        (``Retry-After``)."""
         if self._session is None:
             timeout = aiohttp.ClientTimeout(total=self._config.request_timeout_s, connect=self._config.connect_timeout_s)
             connector = aiohttp.TCPConnector(limit=self._config.max_connections)
@@ -149,17 +158,18 @@ class OpenAIEndpoint:
             async with self._session.request(method, self._root + path, data=data, headers=headers) as response:
                 text = await response.text()
                 status = response.status
+                later = "Retry-After" in response.headers
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as error:
             raise EndpointUnavailable(f"{self.name}: cannot connect: {error}") from error
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
             # A reset or a timeout mid-request says little; a retry that cannot connect says it is gone.
             raise TransientEndpointError(f"{self.name}: {path}: {type(error).__name__}: {error}") from error
         if not parse:
-            return status, text
+            return status, text, later
         try:
-            return status, json.loads(text)
+            return status, json.loads(text), later
         except ValueError:
-            return status, {"error": {"message": text[:500]}}
+            return status, {"error": {"message": text[:500]}}, later
 
     def _result(self, request: GenerateRequest, answer: dict) -> GenerateResult:
         try:
@@ -226,10 +236,13 @@ def _data_url(pixels: np.ndarray, image_format: str) -> str:
     return f"data:image/{image_format};base64,{base64.b64encode(encoded).decode('ascii')}"
 
 
-def _status_error(name: str, status: int, answer: Any) -> Exception:
+def _status_error(name: str, status: int, answer: Any, later: bool) -> Exception:
+    """The client's class for a non-200 answer (``later``: it carried ``Retry-After``)."""
     error = answer.get("error") if isinstance(answer, dict) else None
     message = error.get("message") if isinstance(error, dict) else error or str(answer)[:500]
     text = f"{name}: HTTP {status}: {message}"
-    if status == 429 or status >= 500:
+    if status in _TRY_LATER or (status >= 500 and later):
         return TransientEndpointError(text)
-    return ValueError(text)
+    if status >= 500:
+        return EngineError(text)
+    return BadRequestError(text)

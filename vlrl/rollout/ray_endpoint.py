@@ -1,9 +1,16 @@
 """An engine replica that is a Ray actor (the embedded engine), seen as an ``Endpoint``.
 
 Images go raw (numpy, zero-copy on one node). The request is put into the object store on a
-thread, so serialising megabytes of pixels never stalls the loop host's event loop. An error
-raised inside the engine comes back as ``EngineCallError`` naming the replica, the call and the
-cause's type and whole message (not Ray's coloured wrapper).
+thread, so serialising megabytes of pixels never stalls the loop host's event loop. Errors map
+onto the client's classes (``vlrl.rollout.client``), as ``OpenAIEndpoint``'s statuses do:
+
+- the actor died or is restarting (``RayActorError``) -> ``EndpointUnavailable``;
+- a Ray timeout, or a ``TimeoutError`` raised in the engine -> ``TransientEndpointError``;
+- a ``ValueError`` raised in the engine (its admission checks) -> ``BadRequestError``;
+- anything else raised in the engine -> ``EngineCallError`` (an ``EngineError``).
+
+The last two name the replica, the call and the cause's type and whole message (not Ray's
+coloured wrapper).
 """
 
 from __future__ import annotations
@@ -14,8 +21,8 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from vlrl.pool.remote_errors import describe
-from vlrl.rollout.client import EndpointUnavailable, TransientEndpointError
+from vlrl.pool.remote_errors import cause_of, describe
+from vlrl.rollout.client import BadRequestError, EndpointUnavailable, EngineError, TransientEndpointError
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult
 
 
@@ -42,8 +49,14 @@ class RayEndpoint:
         except GetTimeoutError as error:
             raise TransientEndpointError(str(error)) from error
         except RayTaskError as error:
-            raise EngineCallError(f"engine {self.name}: {call} raised {describe(error)}") from None
+            message = f"engine {self.name}: {call} raised {describe(error)}"
+            cause = cause_of(error)
+            if isinstance(cause, ValueError):
+                raise BadRequestError(message) from None
+            if isinstance(cause, TimeoutError):
+                raise TransientEndpointError(message) from None
+            raise EngineCallError(message) from None
 
 
-class EngineCallError(RuntimeError):
-    """A call into an engine replica raised there; the message is the whole cause."""
+class EngineCallError(EngineError):
+    """A call into an engine replica raised there unexpectedly; the message is the whole cause."""

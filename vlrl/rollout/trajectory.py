@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from vlrl.mm import PatchRule, store_image
-from vlrl.records import EXTRA_PREFIX, FIELDS, LOGPROBS, LOSS_MASK, TOKEN_IDS, Finish, SeqMeta
+from vlrl.mm import PatchRule, describe_image, require_canonical
+from vlrl.records import EXTRA_PREFIX, FIELDS, LOGPROBS, LOSS_MASK, PIXELS, TOKEN_IDS, Finish, SeqMeta
 from vlrl.rollout.chat import Segment
 from vlrl.rollout.client import ContextImage
 from vlrl.rollout.protocol import GenerateResult
+from vlrl.store import WriteLedger
 
 
 @dataclass(slots=True)
@@ -125,39 +126,65 @@ class Trajectory:
         finish: Finish,
         patch_rule: PatchRule,
         task: str = "",
+        ledger: WriteLedger | None = None,
     ) -> list[SeqMeta]:
         """Write every sequence's payload once; return their metadata (the trajectory's reward on
-        each). Each sequence holds one reference to each of its images (``mm.store_images``)."""
-        metas = []
+        each). Each sequence holds one reference to each of its images (``mm.store_images``).
+
+        Every ``SeqMeta`` is built (and so checked) before the first write, and a write that fails
+        takes back all earlier ones (through ``ledger``; the tenant's own, if it has one), so a
+        finish either returns metadata for every key it wrote or leaves nothing behind."""
         sequences = [s for s in self.sequences if s.context_lengths]  # a prompt never answered trains nothing
-        for index, sequence in enumerate(sequences):
-            pixels = {image.content_hash: image.pixels for image in sequence.images}
-            unique = list(pixels)
-            stored = {h: store_image(store, pixels[h], rule=patch_rule) for h in unique}
-            sequence_key = key if len(sequences) == 1 else f"{key}/{index}"
-            payload = sequence.payload()
-            store.put(sequence_key, payload)
-            metas.append(
-                SeqMeta(
-                    key=sequence_key,
-                    group_id=group_id,
-                    source=source,
-                    sample_index=sample_index,
-                    reward=float(reward),
-                    success=success,
-                    finish=finish,
-                    turns=len(sequence.context_lengths),
-                    num_tokens=len(sequence.token_ids),
-                    num_response_tokens=sum(sequence.loss_mask),
-                    context_lengths=tuple(sequence.context_lengths),
-                    policy_version=min(sequence.policy_versions),
-                    images=tuple(stored[h] for h in unique),
-                    image_offsets=tuple(
-                        (offset, unique.index(image.content_hash))
-                        for offset, image in zip(sequence.image_offsets, sequence.images)
-                    ),
-                    extra_fields=tuple(name for name in payload if name.startswith(EXTRA_PREFIX)),
-                    task=task,
-                )
-            )
-        return metas
+        labels = dict(group_id=group_id, source=source, sample_index=sample_index, reward=float(reward))
+        labels.update(success=success, finish=finish, task=task)
+        writes = [
+            _SequenceWrite.of(s, key if len(sequences) == 1 else f"{key}/{i}", patch_rule, labels)
+            for i, s in enumerate(sequences)
+        ]
+        if ledger is None:
+            ledger = WriteLedger(f"trajectory {self.trajectory_id}")
+        try:
+            for write in writes:
+                for item, pixels in zip(write.meta.images, write.pixels):
+                    ledger.put_shared(store, item.store_key, {PIXELS: pixels})
+                ledger.put(store, write.meta.key, write.payload)
+        except BaseException as error:
+            try:
+                ledger.take_back()
+            except Exception as cleanup:
+                error.add_note(f"taking back the trajectory's earlier writes failed too: {cleanup!r}")
+            raise
+        return [write.meta for write in writes]
+
+
+@dataclass(frozen=True, slots=True)
+class _SequenceWrite:
+    """What finishing one sequence writes, built (and checked by ``SeqMeta``) before any write."""
+
+    meta: SeqMeta
+    payload: dict[str, np.ndarray]
+    pixels: list[np.ndarray]
+    """Canonical pixels of each of ``meta.images``."""
+
+    @staticmethod
+    def of(sequence: Sequence, key: str, patch_rule: PatchRule, labels: dict[str, Any]) -> _SequenceWrite:
+        by_hash = {image.content_hash: image.pixels for image in sequence.images}
+        hashes = list(by_hash)
+        pixels = [require_canonical(by_hash[h]) for h in hashes]
+        payload = sequence.payload()
+        meta = SeqMeta(
+            key=key,
+            turns=len(sequence.context_lengths),
+            num_tokens=len(sequence.token_ids),
+            num_response_tokens=sum(sequence.loss_mask),
+            context_lengths=tuple(sequence.context_lengths),
+            policy_version=min(sequence.policy_versions),
+            images=tuple(describe_image(p, rule=patch_rule) for p in pixels),
+            image_offsets=tuple(
+                (offset, hashes.index(image.content_hash))
+                for offset, image in zip(sequence.image_offsets, sequence.images)
+            ),
+            extra_fields=tuple(name for name in payload if name.startswith(EXTRA_PREFIX)),
+            **labels,
+        )
+        return _SequenceWrite(meta, payload, pixels)

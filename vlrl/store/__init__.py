@@ -5,18 +5,22 @@ Backends: ``LocalStore`` (in-process), ``RayStore`` (Ray object store) and
 ``TransferQueueStore`` (``vlrl.store.transferqueue_store``; needs the ``transferqueue`` extra).
 """
 
-from vlrl.store.base import IOStats, IndexedStore, PayloadStore
+from vlrl.store.base import IndexedStore, IOStats, PayloadStore
 from vlrl.store.errors import (
     DuplicateWriteError,
     FieldMissingError,
     KeyMissingError,
     PayloadTypeError,
     RangeError,
+    ShardLostError,
     StoreError,
     StoreStartupError,
+    StoreTimeoutError,
+    WritesTakenBackError,
 )
 from vlrl.store.fields import SUPPORTED_DTYPES, FieldSpec
 from vlrl.store.index import StoreStats
+from vlrl.store.ledger import WriteLedger
 from vlrl.store.local import LocalStore
 
 __all__ = [
@@ -31,7 +35,11 @@ __all__ = [
     "PayloadStore",
     "PayloadTypeError",
     "RangeError",
+    "ShardLostError",
     "StoreError",
     "StoreStartupError",
     "StoreStats",
+    "StoreTimeoutError",
+    "WriteLedger",
+    "WritesTakenBackError",
 ]

@@ -33,3 +33,15 @@ class PayloadTypeError(StoreError, TypeError):
 
 class StoreStartupError(StoreError, RuntimeError):
     """A backend that could not start (for example, too few Ray CPUs for its actors)."""
+
+
+class ShardLostError(StoreError):
+    """An index shard died: it owned its keys' payloads, so they are lost (it is not restarted)."""
+
+
+class StoreTimeoutError(StoreError, TimeoutError):
+    """A store call got no answer in time (a shard busy or unreachable); the call may be retried."""
+
+
+class WritesTakenBackError(StoreError):
+    """A write through a ``WriteLedger`` after its owner took the ledger's writes back."""

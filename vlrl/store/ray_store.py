@@ -8,17 +8,23 @@ that may exit or crash). Writers therefore hand their chunks to the store's inde
 key (``remote_index.StoreShard``), which puts them and so owns them: payloads outlive their
 writers and any actor in the cluster reads them straight from the object store. Shards hold
 ObjectRefs and specs; readers never go through them for payload bytes.
+
+Each run gets its own store: the default namespace is a fresh name chosen at the first build and
+kept in the config, so everything built (or unpickled) from that config afterwards, trainer
+workers included, joins the same store, while another run on the cluster never sees (or
+destroys) it.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
 import ray
 
-from vlrl.config import Ge, NonEmpty
+from vlrl.config import Ge, Gt, NonEmpty
 from vlrl.store.base import IndexedStore, RangeRead
 from vlrl.store.errors import StoreStartupError
 from vlrl.store.fields import FieldSpec, join_chunks, split_chunks
@@ -30,8 +36,9 @@ class RayStore(IndexedStore):
     class Config:
         """Payloads in the Ray object store, readable from every actor of the cluster."""
 
-        namespace: Annotated[str, NonEmpty()] = "default"
-        """Stores with the same namespace in one Ray cluster are the same store."""
+        namespace: Annotated[str, NonEmpty()] | None = None
+        """Stores with the same namespace in one Ray cluster are the same store; None: a fresh name
+        per run, chosen at the first build and written back here."""
 
         chunk_rows: Annotated[int, Ge(1)] = 1024
         """Rows (tokens) per stored object; smaller chunks make range reads tighter but add objects."""
@@ -39,10 +46,16 @@ class RayStore(IndexedStore):
         shards: Annotated[int, Ge(1)] = 2
         """Index/owner actors; writes of different keys proceed in parallel across shards."""
 
+        call_timeout_s: Annotated[float, Gt(0)] = 60.0
+        """Longest wait for one shard call or payload read before ``StoreTimeoutError``."""
+
         def build(self) -> RayStore:
             if not ray.is_initialized():
                 raise StoreStartupError("RayStore needs a running Ray: call ray.init() (or ray.init(address=...))")
-            return RayStore(self, ShardedIndex(f"ray-store/{self.namespace}", self.shards))
+            if self.namespace is None:
+                self.namespace = f"run-{uuid.uuid4().hex[:12]}"
+            index = ShardedIndex(f"ray-store/{self.namespace}", self.shards, timeout_s=self.call_timeout_s)
+            return RayStore(self, index)
 
     def __init__(self, config: RayStore.Config, index: ShardedIndex) -> None:
         super().__init__(chunk_rows=config.chunk_rows)
@@ -68,7 +81,8 @@ class RayStore(IndexedStore):
     def _read_ranges(self, reads: list[RangeRead]) -> list[np.ndarray]:
         wanted = [read.spec.chunks_overlapping(read.start, read.stop) for read in reads]
         refs = [read.handles[i] for read, ids in zip(reads, wanted) for i in ids]
-        chunks = iter(ray.get(refs))
+        owners = [self._shards.position(read.key) for read, ids in zip(reads, wanted) for _ in ids]
+        chunks = iter(self._shards.get(refs, owners))
         out = []
         moved = 0
         for read, ids in zip(reads, wanted):

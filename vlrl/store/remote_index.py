@@ -5,6 +5,10 @@ those keys' payload objects: in Ray an object dies with the process that put it,
 no longer lets a writer name another owner, so writers hand their chunks to the shard, which
 ``ray.put``s them itself. Payloads thus outlive the (possibly short-lived or crashed) writer and
 any actor in the cluster can read them straight from the object store.
+
+A shard is not restarted: when one dies, the payloads it owned die with it, and every call that
+needs it raises ``ShardLostError`` naming it. Every call waits at most ``timeout_s``
+(``StoreTimeoutError``), so a stuck shard never hangs its callers.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from typing import Any
 
 import numpy as np
 import ray
+from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
-from vlrl.store.errors import KeyMissingError, StoreError
+from vlrl.store.errors import KeyMissingError, ShardLostError, StoreError, StoreTimeoutError
 from vlrl.store.fields import FieldSpec
 from vlrl.store.index import KeyIndex, StoreStats
 
@@ -58,18 +63,20 @@ class StoreShard:
 class ShardedIndex:
     """Client side of the shards: routes each key to its shard and merges multi-key answers."""
 
-    def __init__(self, name: str, shards: int) -> None:
+    def __init__(self, name: str, shards: int, *, timeout_s: float) -> None:
+        self._names = [f"{name}/{i}" for i in range(shards)]
         self._shards = [
-            StoreShard.options(name=f"{name}/{i}", namespace=RAY_NAMESPACE, get_if_exists=True).remote()
-            for i in range(shards)
+            StoreShard.options(name=n, namespace=RAY_NAMESPACE, get_if_exists=True).remote() for n in self._names
         ]
+        self._timeout_s = timeout_s
 
-    def shard_of(self, key: str) -> Any:
-        return self._shards[zlib.crc32(key.encode()) % len(self._shards)]
+    def position(self, key: str) -> int:
+        """Which shard indexes (and owns the payload of) ``key``."""
+        return zlib.crc32(key.encode()) % len(self._shards)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if method == "stats":
-            parts = [self._ask(shard, method) for shard in self._shards]
+            parts = [self._ask(position, method) for position in range(len(self._shards))]
             return StoreStats(keys=sum(p.keys for p in parts), bytes=sum(p.bytes for p in parts))
         if method in ("lookup", "contains", "share", "release"):  # a key's repeats all go to its one shard
             return self._scatter(method, args[0], *args[1:], **kwargs)
@@ -80,10 +87,11 @@ class ShardedIndex:
                 if absent:
                     raise KeyMissingError(f"cannot delete store key(s) {absent[:5]}: not written or already deleted")
             return self._scatter(method, keys, missing_ok=True)
-        return self._ask(self.shard_of(args[0]), method, *args, **kwargs)
+        return self._ask(self.position(args[0]), method, *args, **kwargs)
 
     def write(self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool) -> None:
-        ok, value = ray.get(self.shard_of(key).write.remote(key, specs, chunks, new_key))
+        position = self.position(key)
+        ok, value = self.get(self._shards[position].write.remote(key, specs, chunks, new_key), position)
         if not ok:
             raise value
 
@@ -91,8 +99,27 @@ class ShardedIndex:
         for shard in self._shards:
             ray.kill(shard)
 
-    def _ask(self, shard: Any, method: str, *args: Any, **kwargs: Any) -> Any:
-        ok, value = ray.get(shard.call.remote(method, args, kwargs))
+    def get(self, refs: Any, owners: int | list[int]) -> Any:
+        """``ray.get`` of calls to shards, or of objects they own, bounded by the call timeout.
+        ``owners`` is the shard position of every ref (or one for all); a dead shard, or an object
+        lost with it, raises ``ShardLostError`` naming that shard."""
+        try:
+            return ray.get(refs, timeout=self._timeout_s)
+        except GetTimeoutError:
+            names = sorted({self._names[p] for p in ([owners] if isinstance(owners, int) else owners)})
+            raise StoreTimeoutError(f"store shard(s) {names} did not answer within {self._timeout_s:g} s") from None
+        except (RayActorError, ObjectLostError) as error:
+            owner = owners
+            if not isinstance(owners, int):  # the lost object names its shard
+                hexes = [ref.hex() for ref in refs]
+                owner = owners[hexes.index(error.object_ref_hex)] if error.object_ref_hex in hexes else owners[0]
+            raise ShardLostError(
+                f"store shard {self._names[owner]!r} died: payload lost for every key it held "
+                f"({type(error).__name__}; shards are not restarted)"
+            ) from None
+
+    def _ask(self, position: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        ok, value = self.get(self._shards[position].call.remote(method, args, kwargs), position)
         if not ok:
             raise value
         return value
@@ -101,14 +128,14 @@ class ShardedIndex:
         """Ask each shard about its keys (in parallel) and return answers in the order of ``keys``."""
         by_shard: dict[int, list[int]] = defaultdict(list)
         for position, key in enumerate(keys):
-            by_shard[zlib.crc32(key.encode()) % len(self._shards)].append(position)
+            by_shard[self.position(key)].append(position)
         pending = {
             shard: self._shards[shard].call.remote(method, ([keys[p] for p in positions], *args), kwargs)
             for shard, positions in by_shard.items()
         }
         out: list[Any] = [None] * len(keys)
         for shard, ref in pending.items():
-            ok, value = ray.get(ref)
+            ok, value = self.get(ref, shard)
             if not ok:
                 raise value
             for position, answer in zip(by_shard[shard], value):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -43,8 +44,9 @@ class TransferQueueStore(IndexedStore):
     class Config:
         """Payloads in TransferQueue storage units, readable from every actor of the cluster."""
 
-        partition: Annotated[str, NonEmpty()] = "vlrl"
-        """TransferQueue partition holding this store's keys; stores with one partition are one store."""
+        partition: Annotated[str, NonEmpty()] | None = None
+        """TransferQueue partition holding this store's keys; stores with one partition are one store.
+        None: a fresh partition per run, chosen at the first build and written back here."""
 
         chunk_rows: Annotated[int, Ge(1)] = 1024
         """Rows (tokens) per stored column chunk; smaller chunks make range reads tighter."""
@@ -54,6 +56,9 @@ class TransferQueueStore(IndexedStore):
 
         index_shards: Annotated[int, Ge(1)] = 2
         """Actors holding the key index (write-once checks and field specs; TransferQueue holds the data)."""
+
+        call_timeout_s: Annotated[float, Gt(0)] = 60.0
+        """Longest wait for one index-shard call before ``StoreTimeoutError``."""
 
         startup_timeout_s: Annotated[float, Gt(0)] = 60.0
         """Seconds to wait for TransferQueue to start before failing with an error."""
@@ -73,7 +78,10 @@ class TransferQueueStore(IndexedStore):
         if not ray.is_initialized():
             raise StoreStartupError("TransferQueueStore needs a running Ray: call ray.init() first")
         _start_transferqueue(config)
-        return cls(config, ShardedIndex(f"tq-store/{config.partition}", config.index_shards))
+        if config.partition is None:
+            config.partition = f"run-{uuid.uuid4().hex[:12]}"
+        index = ShardedIndex(f"tq-store/{config.partition}", config.index_shards, timeout_s=config.call_timeout_s)
+        return cls(config, index)
 
     def __reduce__(self) -> Any:
         return TransferQueueStore, (self._config, self._shards)

@@ -11,8 +11,10 @@ encoder (``Trainer.Config.encoder``) is resolved on the driver and built by ever
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,6 +24,8 @@ from vlrl.config import ConfigError, Ge, Gt
 from vlrl.pack import Layout
 from vlrl.records import SeqMeta
 from vlrl.train.trainer import Trainer
+
+log = logging.getLogger(__name__)
 
 
 def init_distributed(timeout_s: float = 600.0) -> None:
@@ -155,13 +159,26 @@ class TrainerGroup:
 
         return ray.get([w.step.remote(list(metas)) for w in self.workers])[0]
 
-    def push_weights(self, engines: list[Any], version: int) -> None:
-        """Rank 0's full weights to every engine as ``version``, through the object store."""
+    def push_weights(self, engines: list[Any], version: int, keepers: Sequence[Any] = ()) -> None:
+        """Rank 0's full weights to every engine as ``version``, through the object store.
+
+        ``keepers`` (actors with ``keep(refs, version)``: the engines' ``WeightsKeeper``s) get the
+        weights' ref first, so a replica that restarts, now or later, loads them before serving.
+        A replica that is down (dead, or restarting under Ray) is skipped with a warning instead
+        of failing the push: once back it has these weights from its keeper."""
         import ray
+        from ray.exceptions import RayActorError
 
         refs = [w.weights.remote() for w in self.workers]  # collective: every rank gathers
         ray.get(refs[1:])
-        ray.get([engine.update_weights.remote(refs[0], version) for engine in engines])
+        ray.get([keeper.keep.remote([refs[0]], version) for keeper in keepers])  # the ref, not the weights
+        updates = [engine.update_weights.remote(refs[0], version) for engine in engines]
+        for replica, update in enumerate(updates):
+            try:
+                ray.get(update)
+            except RayActorError as error:
+                name = type(error).__name__
+                log.warning("push_weights: engine %d is down (%s); version %d skipped there", replica, name, version)
 
     def save(self, path: str | Path, extra: dict | None = None) -> Path:
         import ray

@@ -175,6 +175,11 @@ class EngineCore:
         self._wake.set()
         await update.done
 
+    def restore(self, state_dict: Mapping[str, torch.Tensor | np.ndarray], version: int) -> None:
+        """Load ``version``'s weights at once, before any request (a restarted replica catching up)."""
+        self._runner.load_weights(state_dict)
+        self._version = version
+
     def load(self) -> int:
         """Requests accepted and not yet answered (queued, preprocessing or running)."""
         return self._in_flight

@@ -2,12 +2,22 @@
 
 An async actor with an explicit ``max_concurrency``: every waiting ``generate`` is a coroutine
 on its event loop, the model runs on the core's compute thread, so requests keep arriving (and
-joining the next batch) while a batch decodes. A restarted actor starts with empty caches;
-references to images it never saw are answered with ``CacheMiss`` and the client resends.
+joining the next batch) while a batch decodes.
+
+Ray restarts a crashed replica in place (``max_restarts``). The restarted process starts with
+empty caches (references to images it never saw are answered with ``CacheMiss`` and the client
+resends) but with the current weights: each replica has a ``WeightsKeeper``, a tiny actor the
+pusher hands every new weights' object ref and version before the replica itself, and the
+replica's constructor loads what its keeper holds before it serves anything. A keeper rather
+than a re-push on the next step: a replica that came back between two pushes would otherwise
+serve the base weights (as version 0) until then. The keeper lives as long as the replica's
+handle in the driver, and pins one copy of the latest weights in the object store.
 """
 
 from __future__ import annotations
 
+import uuid
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -60,9 +70,9 @@ class EmbeddedEngine:
         gpus: Annotated[float, Ge(0)] = 0.0
         """Ray GPUs the actor reserves (1 with device 'cuda')."""
 
-        max_restarts: Annotated[int, Ge(0)] = 0
-        """Times Ray restarts a crashed replica in place; it comes back with empty caches, so
-        clients see cache misses and resend."""
+        max_restarts: Annotated[int, Ge(0)] = 3
+        """Times Ray restarts a crashed replica in place (0: a crash ends it). It comes back with
+        the latest pushed weights and version but empty caches, so clients see cache misses and resend."""
 
         encoder: EncoderSpec | None = None
         """A plug-in vision encoder in place of the checkpoint's tower (None: the tower); the
@@ -89,7 +99,9 @@ class EmbeddedEngine:
             encoder = self.resolved_encoder(model_path)
             if not ray.is_initialized():
                 raise RuntimeError("EmbeddedEngine needs a running Ray: call ray.init() first")
-            return (
+            keeper_name = f"vlrl-weights-{uuid.uuid4().hex}"  # a name, not a handle: restarts need no stored args
+            keeper = ray.remote(WeightsKeeper).options(name=keeper_name, num_cpus=0).remote()
+            engine = (
                 ray.remote(EmbeddedEngine)
                 .options(
                     max_concurrency=self.max_concurrency,
@@ -97,14 +109,35 @@ class EmbeddedEngine:
                     num_gpus=self.gpus,
                     max_restarts=self.max_restarts,
                 )
-                .remote(self, model_path, encoder)
+                .remote(self, model_path, encoder, keeper_name)
             )
+            _keepers[engine] = keeper
+            return engine
 
     # Every method but __init__ is async, so Ray runs it on the event loop: the one thread that owns the
     # core's queues and caches.
 
-    def __init__(self, config: EmbeddedEngine.Config, model_path: str, encoder: ResolvedEncoder | None = None) -> None:
+    def __init__(
+        self,
+        config: EmbeddedEngine.Config,
+        model_path: str,
+        encoder: ResolvedEncoder | None = None,
+        keeper_name: str | None = None,
+    ) -> None:
+        """``keeper_name``: this replica's ``WeightsKeeper``; a restarted replica loads what it holds."""
         self._core = EngineCore(config, model_path, encoder)
+        self._restored: int | None = None
+        if keeper_name is not None:
+            refs, version = ray.get(ray.get_actor(keeper_name).latest.remote())
+            if refs:
+                self._core.restore(ray.get(refs[0]), version)
+                self._restored = version
+
+    @staticmethod
+    def weights_keeper(engine: Any) -> Any:
+        """The ``WeightsKeeper`` of a replica this process built (None for other engines): give it
+        every push (``TrainerGroup.push_weights(keepers=...)``)."""
+        return _keepers.get(engine)
 
     async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss:
         return await self._core.generate(request)
@@ -113,6 +146,8 @@ class EmbeddedEngine:
         return await self._core.score(request)
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor | np.ndarray], version: int) -> None:
+        if version == self._restored:  # a push that reached the keeper before this restart read it
+            return
         await self._core.update_weights(state_dict, version)
 
     async def load(self) -> int:
@@ -126,3 +161,24 @@ class EmbeddedEngine:
 
     async def stats(self) -> dict[str, float]:
         return self._core.stats()
+
+
+class WeightsKeeper:
+    """The latest weights pushed to one replica, as an object ref and version (a Ray actor)."""
+
+    def __init__(self) -> None:
+        self._refs: list[ray.ObjectRef] = []
+        self._version = 0
+
+    def keep(self, refs: list[ray.ObjectRef], version: int) -> None:
+        """``refs``: the weights' one object ref, in a list so that Ray hands the ref, not the weights."""
+        if version > self._version:
+            self._refs, self._version = refs, version
+
+    def latest(self) -> tuple[list[ray.ObjectRef], int]:
+        return self._refs, self._version
+
+
+_keepers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+"""Handle of a replica built in this process -> its keeper's handle, which keeps the keeper alive
+as long as the replica's handle (handles compare by actor id)."""

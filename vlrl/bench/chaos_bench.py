@@ -1,0 +1,243 @@
+"""``vlrl bench chaos``: the main job's training loop under faults, one fault kind per run.
+
+Each run trains the tiny model on the main job's click-target source at CI size (a Harness Pool,
+an embedded engine, the Ray store, the metadata-only driver with an asynchronous judge, the
+trainer and weight pushes) and, at a random moment of a random step, injects one fault:
+
+- ``loop_host`` / ``env_host``: a loop host / env host actor killed (its tenants die with it);
+- ``engine``: the engine replica killed (Ray restarts it; its caches are empty);
+- ``store_shard``: a store index shard killed (its index and the payloads it owned are gone);
+- ``grader_hang``: one judge call never returns;
+- ``harness_timeout``: one harness call (a thread-bound harness's reset) outlives the tenant timeout;
+- ``hook_store_error``: the accept-time hook's store read raises, once;
+- ``cache_miss_burst``: the engine's image cache is too small for any reference to hit.
+
+For each: ``injected`` (the fault happened), ``survived`` (the run finished its steps),
+``books_exact`` (generated = accepted + rejected + dropped + failed + stale + pending after
+every step), ``keys_left`` (store keys after the driver closed: 0 means nothing leaked),
+``error`` (what ended a run that did not survive, its type and first line) and the driver's
+failure reasons. Nothing is simulated: actors are killed with ``ray.kill``, the judge and the
+harness really stall.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+FAULTS = (
+    "loop_host", "env_host", "engine", "store_shard",
+    "grader_hang", "harness_timeout", "hook_store_error", "cache_miss_burst",
+)  # fmt: skip
+STEPS = {"small": 3, "full": 8}
+"""RL steps per run (at least 2: the fault comes in any step but the last)."""
+TIMEOUT_S = 4.0
+"""Tenant and judge timeouts of the runs: a stalled call outlives them by a few seconds."""
+
+
+def run(size: str = "small") -> dict[str, Any]:
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(include_dashboard=False, log_to_driver=False, object_store_memory=512 * 1024**2)
+    _register_chaos_desktop()
+    try:
+        faults = {fault: _one(fault, STEPS[size], seed=i) for i, fault in enumerate(FAULTS)}
+    finally:
+        if started:
+            ray.shutdown()
+    return {
+        "faults": faults,
+        "survived": sum(f["survived"] for f in faults.values()),
+        "books_exact": sum(f["books_exact"] for f in faults.values()),
+        "keys_left": sum(f["keys_left"] or 0 for f in faults.values()),
+        "runs": len(faults),
+    }
+
+
+def _one(fault: str, steps: int, *, seed: int) -> dict[str, Any]:
+    from vlrl.job.session import JobSession
+
+    with tempfile.TemporaryDirectory(prefix="vlrl-chaos-") as scratch:
+        config = _config(fault, Path(scratch), steps)
+        outcome: dict[str, Any] = {"injected": False, "survived": False, "books_exact": True, "keys_left": None}
+        with JobSession(config) as session:
+            asyncio.run(_train(session, fault, steps, random.Random(seed), outcome))
+        return outcome
+
+
+def _config(fault: str, run_dir: Path, steps: int) -> Any:
+    from vlrl.recipes import AgentBehaviour, DataSource, EnvSettings, Evaluation, GraderRunner, base_recipe
+
+    source = DataSource(
+        name="click",
+        codebase=CHAOS_DESKTOP if fault == "harness_timeout" else "desktop",
+        agent=AgentBehaviour(max_turns=3 if fault == "cache_miss_burst" else 1, max_tokens=24, prompt_template="gui-agent-short"),
+        env=EnvSettings(width=160, height=120, tasks=["click-target"], params={"distractors": 0}),
+        group_size=4,
+    )
+    config = base_recipe([source], run_dir=str(run_dir))
+    config.warm_start, config.steps, config.progress.enabled = None, steps, False
+    config.eval = Evaluation(episodes=1, every=0, screenshots=0, chance=False)
+    config.tensorboard = config.plots = False
+    config.driver.groups_per_batch = 2
+    config.driver.grader = GraderRunner.Config(timeout_s=TIMEOUT_S, max_attempts=1, backoff_s=0)
+    config.driver.hook.sampler.include_min = True  # an untrained policy fails everything: keep such groups
+    config.driver.hook.drop_zero_advantage = False
+    config.pool.env_host = replace(config.pool.env_host, tenant_timeout_s=TIMEOUT_S)
+    if fault == "cache_miss_burst":
+        config.engine = replace(config.engine, image_cache_mb=0.01)
+    return config
+
+
+async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[str, Any]) -> None:
+    from vlrl.control.driver import Driver
+    from vlrl.pool.remote_errors import describe
+    from vlrl.rollout.agent_loop import agent_loop_factory
+
+    judge = Judge()
+    store = FlakyStore(s.store)
+    driver = Driver(
+        s.config.driver, s.config.sources, s.meter, store, grader=judge, tenant_factory=agent_loop_factory, seed=0
+    )
+    group = s.trainer_group(s.model_path)
+    armed = fault in ("grader_hang", "harness_timeout", "hook_store_error")
+    at_step = 0 if armed else rng.randrange(steps - 1)  # armed faults need rollouts still to come
+    version, injector = 0, None
+    try:
+        for step in range(steps):
+            if step == at_step:
+                injector = asyncio.get_running_loop().create_task(_inject(fault, s, judge, store, rng.uniform(0.1, 1.0)))
+            batch = await driver.next_batch(version)
+            await asyncio.to_thread(group.step, batch.sequences)
+            driver.consumed(batch)
+            await s.push_weights(group, version + 1)
+            version += 1
+            out["books_exact"] &= _balanced(driver.book)
+        out["survived"] = True
+    except Exception as error:  # the figure is what ended the run
+        out["error"] = describe(error).splitlines()[0]
+    finally:
+        if injector is not None:
+            out["injected"] = (await injector)()
+        STALL_FLAG.unlink(missing_ok=True)
+        try:
+            await driver.close()
+            out["books_exact"] &= _balanced(driver.book)
+            out["keys_left"] = s.store.stats().keys
+        except Exception as error:
+            out.setdefault("error", f"close: {describe(error).splitlines()[0]}")
+        out["reasons"] = dict(driver.book.reasons)
+        group.shutdown()
+
+
+async def _inject(fault: str, s: Any, judge: Judge, store: FlakyStore, delay_s: float) -> Any:
+    """Wait ``delay_s`` into the step, then cause ``fault``; returns a check of whether it took
+    effect (an armed stall or read failure counts once something ran into it)."""
+    import ray
+
+    await asyncio.sleep(delay_s)
+    if fault == "loop_host":
+        ray.kill(s.pool.loop.hosts()[0], no_restart=True)
+    elif fault == "env_host":
+        ray.kill(next(iter(s.pool.envs.values())).hosts()[0], no_restart=True)
+    elif fault == "engine":
+        ray.kill(s.engines[0], no_restart=False)
+    elif fault == "store_shard":
+        ray.kill(_shard(s.config.store.namespace, 0), no_restart=False)
+    elif fault == "grader_hang":
+        judge.hang_next.set()
+        return lambda: not judge.hang_next.is_set()
+    elif fault == "harness_timeout":
+        STALL_FLAG.touch()
+        return lambda: not STALL_FLAG.exists()
+    elif fault == "hook_store_error":
+        store.fail_next_reads = 1
+        return lambda: store.fail_next_reads == 0
+    return lambda: True  # a kill, or the tiny image cache that misses from the start
+
+
+def _balanced(book: Any) -> bool:
+    return book.generated == book.accepted + book.rejected + book.dropped + book.failed + book.stale + book.pending
+
+
+class Judge:
+    """An asynchronous grader that rewards the harness's verdict; ``hang_next`` makes its next
+    call never return (the runner's timeout must end it)."""
+
+    def __init__(self) -> None:
+        self.hang_next = threading.Event()
+
+    async def grade(self, metas: list[Any]) -> list[float]:
+        if self.hang_next.is_set():
+            self.hang_next.clear()
+            await asyncio.Event().wait()
+        return [float(m.success) for m in metas]
+
+
+class FlakyStore:
+    """The run's store as the driver sees it; ``fail_next_reads`` reads raise a store error."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.fail_next_reads = 0
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        self._maybe_fail()
+        return self._store.get(*args, **kwargs)
+
+    def get_range(self, *args: Any, **kwargs: Any) -> Any:
+        self._maybe_fail()
+        return self._store.get_range(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def _maybe_fail(self) -> None:
+        from vlrl.store.errors import StoreError
+
+        if self.fail_next_reads > 0:
+            self.fail_next_reads -= 1
+            raise StoreError("chaos: an injected store read failure")
+
+
+CHAOS_DESKTOP = "chaos-desktop"
+STALL_FLAG = Path(tempfile.gettempdir()) / "vlrl-chaos-stall"
+"""Dropped by the injector; the next reset of a ``chaos-desktop`` instance takes it and stalls."""
+
+
+def _register_chaos_desktop() -> None:
+    """The desktop harness, thread-bound, whose next ``reset`` after the flag appears outlives the
+    tenant timeout (every episode resets; an untrained policy's replies rarely reach ``step``.
+    The env hosts run it in their own processes: the flag is a file)."""
+    from harnesses.desktop import DesktopHarness
+    from vlrl.harness import register
+
+    class StallingDesktop(DesktopHarness):
+        thread_bound: ClassVar[bool] = True
+
+        def reset(self, **kwargs: Any) -> Any:
+            try:
+                STALL_FLAG.unlink()
+            except FileNotFoundError:
+                return super().reset(**kwargs)
+            time.sleep(TIMEOUT_S * 2)
+            return super().reset(**kwargs)
+
+    register(CHAOS_DESKTOP, StallingDesktop, override=True)
+
+
+def _shard(namespace: str, index: int) -> Any:
+    """The actor of one of a Ray store's index shards (named ``ray-store/<namespace>/<i>``)."""
+    import ray
+
+    from vlrl.store.remote_index import RAY_NAMESPACE
+
+    return ray.get_actor(f"ray-store/{namespace}/{index}", namespace=RAY_NAMESPACE)

@@ -1,0 +1,69 @@
+"""Writes one writer made, kept so that they can be taken back when its result is thrown away.
+
+A trajectory writes its sequences and takes image references at the end of a rollout. When that
+result never reaches the driver (a later write failed, or the loop host gave up on the tenant
+while its thread was still writing), nobody would ever delete those keys. The writer therefore
+writes through a ``WriteLedger``; ``take_back`` deletes every sequence key and drops every image
+reference written so far, and a write that completes after it is taken back at once by the
+writer itself. Whatever the interleaving, each write is either kept or taken back exactly once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from vlrl.store.errors import WritesTakenBackError
+
+
+class WriteLedger:
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self._lock = threading.Lock()
+        self._written: list[tuple[Any, str, bool]] = []  # (store, key, shared)
+        self._taken_back = False
+
+    def put(self, store: Any, key: str, fields: Mapping[str, Any]) -> None:
+        self._check()
+        store.put(key, fields)
+        self._record(store, key, shared=False)
+
+    def put_shared(self, store: Any, key: str, fields: Mapping[str, Any]) -> bool:
+        self._check()
+        wrote = store.put_shared(key, fields)
+        self._record(store, key, shared=True)
+        return wrote
+
+    def take_back(self) -> None:
+        """Delete the keys written and drop the references taken so far; refuse later writes."""
+        with self._lock:
+            self._taken_back = True
+            written, self._written = self._written, []
+        errors = []
+        for store, key, shared in reversed(written):
+            try:
+                _undo(store, key, shared)
+            except Exception as error:  # undo the rest anyway, then report the first failure
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+    def _check(self) -> None:
+        if self._taken_back:
+            raise WritesTakenBackError(f"{self.owner}: writes were taken back (its result was discarded)")
+
+    def _record(self, store: Any, key: str, *, shared: bool) -> None:
+        with self._lock:
+            if not self._taken_back:
+                self._written.append((store, key, shared))
+                return
+        _undo(store, key, shared)  # completed after take_back: nobody else will undo it
+        self._check()
+
+
+def _undo(store: Any, key: str, shared: bool) -> None:
+    if shared:
+        store.release([key])
+    else:
+        store.delete([key], missing_ok=True)
