@@ -16,6 +16,7 @@ source in about a second.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import pickle
@@ -24,9 +25,9 @@ import subprocess
 import sys
 from typing import Any
 
-from vlrl.config import ConfigError, DataSource
+from vlrl.config import ConfigError, DataSource, EnvSettings
 
-_NAMED_FIELDS = ("width", "height", "tasks", "max_steps")
+_NAMED_FIELDS = frozenset(f.name for f in dataclasses.fields(EnvSettings)) - {"params"}
 """Settings that are ``EnvSettings`` fields; every other keyword is a ``params`` entry."""
 
 
