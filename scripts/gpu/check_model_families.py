@@ -269,7 +269,7 @@ def write_workload(store: Any, model_path: str, total_tokens: int, max_tokens: i
 
     def screenshot(*key: int):
         pixels = np.random.default_rng((seed, *key)).integers(0, 256, (height, width, 3), dtype=np.uint8)
-        return store_image(store, pixels, rule=rule)
+        return store_image(store, pixels, holder="gpu-check", rule=rule)
 
     while total < total_tokens:
         first = screenshot(g, 0, 0)

@@ -3,6 +3,7 @@ leased env instance and stores a small payload plus its screenshot, as an Agent 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,9 +49,9 @@ class StoredTrajectory:
         while not (terminated or truncated):
             obs, _, terminated, truncated, _ = await env.step(Action.click(1, 1))
         success = (self.always_mixed or self.seed % 2 == 1) and self.index % 2 == 0
-        image = await ctx.to_thread(store_image, store, self.screenshot(obs.screenshot))
         n, prompt = 12 + self.index, 8
         key = f"seq/{self.group_id}/{self.index}/{ctx.tenant_id}"
+        image = await ctx.to_thread(functools.partial(store_image, holder=key), store, self.screenshot(obs.screenshot))
         store.put(
             key,
             {

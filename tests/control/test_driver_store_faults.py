@@ -5,6 +5,7 @@ on with balanced books."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import ray
@@ -12,7 +13,7 @@ import ray
 from tests.control.stored_trajectory import StoredTrajectory
 from tests.control.test_driver import A, _balanced, parts  # noqa: F401  (the fixture)
 from vlrl.control.driver import Driver, DriverStalled
-from vlrl.store import StoreTimeoutError
+from vlrl.store import ShardLostError, StoreTimeoutError
 from vlrl.store.ray_store import RayStore
 
 pytestmark = pytest.mark.ray
@@ -88,3 +89,79 @@ def test_dead_shards_fail_their_groups_and_the_driver_goes_on(parts):  # noqa: F
     book = driver.book
     assert book.failed >= 4 and _balanced(book)
     assert any("ShardLostError" in reason for reason in book.reasons)
+
+
+def _restart_every_shard(store: RayStore) -> None:
+    """Every shard crashes (Ray restarts each, empty); wait until all answer again."""
+    for shard in store._shards._shards:
+        ray.kill(shard, no_restart=False)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            store.stats()
+            return
+        except ShardLostError:
+            assert time.monotonic() < deadline, "the shards did not come back"
+            time.sleep(0.2)
+
+
+def test_groups_a_restarted_shard_lost_fail_before_training_and_the_run_goes_on(parts):  # noqa: F811
+    pool, store = parts
+    config = Driver.Config(groups_per_batch=1, prefetch_batches=2, hook_retry_s=0.01)
+    driver = Driver(config, [A], pool, store, tenant_factory=_mixed)
+
+    async def main():
+        first = await driver.next_batch(policy_version=0)
+        driver.consumed(first)
+        while sum(len(b) for b in driver._buffer.values()) < 2:  # groups for later batches, already accepted
+            await driver._wait_for_progress()
+        _restart_every_shard(store)  # their payloads are gone
+        second = await driver.next_batch(policy_version=0)
+        rows = store.get([meta.key for meta in second.sequences])  # the trainer's reads all succeed
+        pixels = store.get([item.store_key for meta in second.sequences for item in meta.images])
+        driver.consumed(second)
+        await driver.close()
+        return rows, pixels
+
+    rows, pixels = asyncio.run(main())
+    assert rows and pixels
+    book = driver.book
+    assert book.reasons["failed: payload lost with a store shard before training"] >= 2
+    assert book.trained == 2 and _balanced(book) and book.pending == 0
+    assert store.stats().keys == 0  # nothing the dead shards' successors hold outlives the run
+
+
+class FailingSecondAdvantage(RayStore):
+    """The hook's first write of advantages to a group's second sequence times out, after the
+    first sequence's went through: a retry meets a row it wrote itself."""
+
+    def __init__(self, store: RayStore) -> None:
+        super().__init__(store._config, store._shards)
+        self.adds = 0
+
+    def add_fields(self, key, fields):
+        self.adds += 1
+        if self.adds == 2:
+            raise StoreTimeoutError(f"store shard 'x/0' did not answer (add_fields {key!r})")
+        return super().add_fields(key, fields)
+
+
+def test_a_hook_retry_after_a_partial_write_completes_the_group(parts):  # noqa: F811
+    pool, store = parts
+    flaky = FailingSecondAdvantage(store)
+    config = Driver.Config(groups_per_batch=1, prefetch_batches=0, max_groups_in_flight=1, hook_retry_s=0.01)
+    driver = Driver(config, [A], pool, flaky, tenant_factory=_mixed)
+
+    async def main():
+        batch = await driver.next_batch(policy_version=0)
+        adds = flaky.adds
+        advantages = store.get([meta.key for meta in batch.sequences], fields=["advantages"])
+        driver.consumed(batch)
+        await driver.close()
+        return batch, advantages, adds
+
+    batch, advantages, adds = asyncio.run(main())
+    assert len(advantages) == A.group_size
+    assert adds == 2 + A.group_size  # the first try's two calls, then the retry's for every sequence
+    assert [g.decision.status for g in batch.groups] == ["accepted"] and driver.book.failed == 0
+    assert store.stats().keys == 0

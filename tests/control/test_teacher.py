@@ -30,8 +30,8 @@ def _stored_sequence(store, processor, index: int) -> SeqMeta:
     ids = np.asarray(context.ids, np.int32)
     mask = np.zeros(len(ids), bool)
     mask[-4:] = True
-    image = store_image(store, pixels, rule=rule)
     key = f"seq/{index}"
+    image = store_image(store, pixels, holder=key, rule=rule)
     store.put(key, {"token_ids": ids, "logprobs": np.where(mask, -1.0, 0.0).astype(np.float32), "loss_mask": mask})
     return SeqMeta(
         key=key, group_id="g", source="s", sample_index=index, reward=0.0, success=False, finish="done", turns=1,

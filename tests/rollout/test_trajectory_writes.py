@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.rollout.test_trajectory import RULE, _image, _result
+from vlrl.mm import image_refs
 from vlrl.rollout.chat import Segment
 from vlrl.rollout.trajectory import Trajectory
 from vlrl.store import LocalStore, StoreTimeoutError
@@ -23,9 +24,9 @@ class FailingWrites(LocalStore):
         self._maybe_fail(key)
         super().put(key, fields)
 
-    def put_shared(self, key, fields):
+    def put_shared(self, key, fields, *, holder):
         self._maybe_fail(key)
-        return super().put_shared(key, fields)
+        return super().put_shared(key, fields, holder=holder)
 
     def _maybe_fail(self, key: str) -> None:
         self.writes += 1
@@ -69,8 +70,8 @@ def test_a_failed_write_drops_only_this_trajectorys_reference_to_a_shared_image(
             patch_rule=RULE,
         )
     assert store.stats().keys == 4  # the first trajectory's two sequences and two images
-    images = [i.store_key for m in first for i in m.images]
-    assert store.release(images) == images  # the first trajectory held their last references
+    refs = image_refs(first)
+    assert store.release(refs) == [key for key, _ in refs]  # the first trajectory held their last references
 
 
 def test_a_nan_reward_is_refused_before_anything_is_written():

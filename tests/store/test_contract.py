@@ -233,32 +233,40 @@ def test_local_store_refuses_to_cross_processes():
 
 def test_a_shared_key_lives_until_its_last_holder_releases_it(store):
     first, again = _row(6, seed=1), _row(6, seed=2)
-    assert store.put_shared("k0", first) is True
-    assert store.put_shared("k0", again) is False  # a reference, not a write: the first bytes stay
+    assert store.put_shared("k0", first, holder="a") is True
+    assert store.put_shared("k0", again, holder="b") is False  # a reference, not a write: the first bytes stay
     written = store.io_stats().bytes_written
-    assert store.put_shared("k0", again) is False and store.io_stats().bytes_written == written
-    assert store.release(["k0"]) == [] and store.release(["k0"]) == []
+    assert store.put_shared("k0", again, holder="c") is False and store.io_stats().bytes_written == written
+    assert store.release([("k0", "b")]) == [] and store.release([("k0", "a")]) == []
     _same(store.get(["k0"])["k0"]["token_ids"], first["token_ids"])
-    assert store.release(["k0"]) == ["k0"]
+    assert store.release([("k0", "c")]) == ["k0"]
     assert store.contains(["k0"]) == [False] and store.stats().keys == 0
 
 
-def test_a_key_listed_twice_in_one_release_drops_two_references(store):
-    store.put_shared("k1", _row(4))
-    store.put_shared("k1", _row(4))
-    store.put("k2", _row(4))  # a put key holds one reference
-    assert sorted(store.release(["k1", "k2", "k1"])) == ["k1", "k2"]
+def test_a_reference_listed_twice_in_one_release_drops_two(store):
+    store.put_shared("k1", _row(4), holder="s")
+    store.put_shared("k1", _row(4), holder="s")  # one sequence naming the image twice
+    store.put("k2", _row(4))  # a put key is held by itself
+    assert sorted(store.release([("k1", "s"), ("k2", "k2"), ("k1", "s")])) == ["k1", "k2"]
     assert store.stats().keys == 0
 
 
-def test_releasing_more_often_than_held_is_refused_and_changes_nothing(store):
-    store.put_shared("k3", _row(4))
+def test_releasing_more_than_a_holder_holds_is_refused_and_changes_nothing(store):
+    store.put_shared("k3", _row(4), holder="a")
+    store.put_shared("k3", _row(4), holder="b")
     with pytest.raises(KeyMissingError, match="k3"):
-        store.release(["k3", "k3"])
+        store.release([("k3", "a"), ("k3", "a")])
+    with pytest.raises(KeyMissingError, match="'c'"):  # another holder's reference cannot be dropped for it
+        store.release([("k3", "c")])
     assert store.contains(["k3"]) == [True]
     with pytest.raises(KeyMissingError, match="never"):
-        store.release(["never"])
-    assert store.release(["k3"]) == ["k3"]
+        store.release([("never", "a")])
+    assert store.release([("k3", "a")]) == [] and store.release([("k3", "b")]) == ["k3"]
+
+
+def test_a_release_that_is_not_key_holder_pairs_is_refused(store):
+    with pytest.raises(StoreError, match=r"\(key, holder\) pairs"):
+        store.release(["k"])
 
 
 def test_concurrent_holders_of_one_key_end_it_exactly_once(store):
@@ -278,11 +286,11 @@ def test_concurrent_holders_of_one_key_end_it_exactly_once(store):
         try:
             for r in range(rounds):
                 barrier.wait()
-                store.put_shared(f"shared-{r}", _row(3, seed=r))
+                store.put_shared(f"shared-{r}", _row(3, seed=r), holder=f"holder-{seed}")
                 barrier.wait()  # every holder holds it now
                 assert store.contains([f"shared-{r}"]) == [True]
                 time.sleep(rng.random() * 0.005)  # release in a random order
-                freed.extend(store.release([f"shared-{r}"]))
+                freed.extend(store.release([(f"shared-{r}", f"holder-{seed}")]))
         except BaseException as error:  # noqa: BLE001 - reported below
             errors.append(error)
 

@@ -50,11 +50,53 @@ def test_a_dead_shard_fails_reads_fast_naming_the_shard_and_the_loss(ray_session
     store.destroy()
 
 
+def _restart(store: RayStore, position: int) -> None:
+    """Kill one shard as a crash would (Ray restarts it, empty) and wait until it answers again."""
+    ray.kill(store._shards._shards[position], no_restart=False)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            store.stats()
+            return
+        except ShardLostError:
+            assert time.monotonic() < deadline, "the shard did not come back"
+            time.sleep(0.2)
+
+
+def test_a_restarted_shard_serves_new_writes_and_reports_what_it_lost(ray_session):
+    store = RayStore.Config(shards=2, call_timeout_s=5.0).build()
+    keys = [f"seq/{i}" for i in range(8)]
+    position = store._shards.position(keys[0])
+    lost = [k for k in keys if store._shards.position(k) == position]
+    kept = [k for k in keys if k not in lost]
+    for key in keys:
+        store.put(key, ROW)
+    image = next(f"img/{i}" for i in range(64) if store._shards.position(f"img/{i}") == position)
+    store.put_shared(image, ROW, holder=lost[0])  # held by a sequence written before the crash
+    _restart(store, position)
+
+    with pytest.raises(ShardLostError, match=r"store shard 'ray-store/.*/%d'.*restarted" % position):
+        store.get([lost[0]])
+    with pytest.raises(ShardLostError, match="restarted"):
+        store.delete(keys)  # refused before any shard deletes
+    assert store.contains(kept) == [True] * len(kept)
+    store.put(lost[0], ROW)  # the key's shard takes writes again
+    assert store.get([lost[0]])[lost[0]]["token_ids"].tolist() == list(range(6))
+
+    store.put_shared(image, ROW, holder="seq/new")  # written again after the crash, by a new holder
+    assert store.release([(image, lost[0])]) == []  # the old holder's reference died with the shard
+    assert store.contains([image]) == [True]  # so the new holder's pixels stay
+    assert store.release([(image, "seq/new")]) == [image]
+    store.delete(keys, missing_ok=True)
+    assert store.stats().keys == 0
+    store.destroy()
+
+
 def test_a_ledger_takes_back_its_writes_and_a_late_write_takes_itself_back():
     store = LocalStore()
-    store.put_shared("img", ROW)  # another holder's reference
+    store.put_shared("img", ROW, holder="seq/other")  # another holder's reference
     ledger = WriteLedger("tenant t")
-    ledger.put_shared(store, "img", ROW)
+    ledger.put_shared(store, "img", ROW, holder="seq/t")
     ledger.put(store, "seq/t", ROW)
     ledger.take_back()
     assert store.contains(["seq/t", "img"]) == [False, True]  # only the ledger's reference went

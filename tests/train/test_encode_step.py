@@ -51,7 +51,7 @@ def make_step(store, seed: int = 0) -> list[SeqMeta]:
     def screenshot(k: int):
         h, w = sizes[k % len(sizes)]
         pixels = np.random.default_rng(1000 + k).integers(0, 256, (h, w, 3), dtype=np.uint8)
-        return store_image(store, pixels, rule=RULE)
+        return store_image(store, pixels, holder="workload", rule=RULE)
 
     common = screenshot(99)
     metas = []

@@ -16,7 +16,7 @@ def _stored(store, n):
     from vlrl.mm import PatchRule
 
     rule = PatchRule(min_pixels=28 * 28, max_pixels=112 * 112)
-    return [store_image(store, np.full((40 + 8 * i, 60 + 4 * i, 3), i, np.uint8), rule=rule) for i in range(n)]
+    return [store_image(store, np.full((40 + 8 * i, 60 + 4 * i, 3), i, np.uint8), holder="workload", rule=rule) for i in range(n)]
 
 
 def test_each_rank_reads_only_its_own_images():

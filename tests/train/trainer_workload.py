@@ -35,7 +35,7 @@ class Workload:
         """``store`` (a fresh ``LocalStore`` by default) holding every image and row."""
         store = LocalStore() if store is None else store
         for pixels in self.images.values():
-            store_image(store, pixels)
+            store_image(store, pixels, holder="workload")
         for key, fields in self.rows.items():
             store.put(key, fields)
         return store
@@ -54,7 +54,7 @@ def make_workload(model_path, *, groups: int = 2, members: int = 3, seed: int = 
     def screenshot(k: int):
         h, w = SIZES[k % len(SIZES)]
         pixels = np.random.default_rng(500 + k).integers(0, 256, (h, w, 3), dtype=np.uint8)
-        meta = store_image(scratch, pixels, rule=rule)
+        meta = store_image(scratch, pixels, holder="workload", rule=rule)
         images[meta.store_key] = pixels
         return meta
 

@@ -6,7 +6,8 @@ trainer and weight pushes) and, at a random moment of a random step, injects one
 
 - ``loop_host`` / ``env_host``: a loop host / env host actor killed (its tenants die with it);
 - ``engine``: the engine replica killed (Ray restarts it; its caches are empty);
-- ``store_shard``: a store index shard killed (its index and the payloads it owned are gone);
+- ``store_shard``: a store index shard killed (its index and the payloads it owned are gone; Ray
+  restarts it empty);
 - ``grader_hang``: one judge call never returns;
 - ``harness_timeout``: one harness call (a thread-bound harness's reset) outlives the tenant timeout;
 - ``hook_store_error``: the accept-time hook's store read raises, once;

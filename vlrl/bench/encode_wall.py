@@ -38,6 +38,7 @@ from vlrl.bench.encode_workload import (
     draw_trajectories,
     place,
 )
+from vlrl.bench.spawned_rank import exit_rank
 from vlrl.mm import store_image
 from vlrl.pack import Layout
 from vlrl.records import MMItemMeta
@@ -84,7 +85,7 @@ def _rank_main(rank: int, world: int, rdzv: str, out: str, spec: WallSpec) -> No
         def describe(image_id: int, screen: str) -> MMItemMeta:
             width, height = (side // workload.scale for side in SCREENS[screen][0])
             pixels = np.random.default_rng((spec.seed, image_id)).integers(0, 256, (height, width, 3), dtype=np.uint8)
-            return store_image(store, pixels, rule=workload.rule)
+            return store_image(store, pixels, holder="encode-bench", rule=workload.rule)
 
         trajectories = draw_trajectories(spec.n_images, spec.seed, max_turns=workload.max_turns)
         metas = build_metas(trajectories, workload, describe, spec.seed)
@@ -100,6 +101,7 @@ def _rank_main(rank: int, world: int, rdzv: str, out: str, spec: WallSpec) -> No
             Path(out).write_text(json.dumps(results))
     finally:
         dist.destroy_process_group()
+    exit_rank()
 
 
 def _time_layout(layout: Layout, rank: int, store, encoder, images: StepImages, reps: int) -> dict[str, Any]:

@@ -54,6 +54,8 @@ from typing import Any
 
 import numpy as np
 
+from vlrl.bench.spawned_rank import exit_rank
+
 Shape = tuple[int, int, int]
 REFERENCE = "1x1x1"
 SCREENS: dict[str, tuple[int, int]] = {
@@ -195,7 +197,7 @@ def write_workload(store: Any, spec: WorkloadSpec, model_path: str | Path) -> li
     def screenshot(device: str, *key: int):
         width, height = (side // SCREEN_SCALE for side in SCREENS[device])
         pixels = np.random.default_rng((spec.seed, *key)).integers(0, 256, (height, width, 3), dtype=np.uint8)
-        return store_image(store, pixels, rule=rule)
+        return store_image(store, pixels, holder="train-bench", rule=rule)
 
     metas = []
     for g in range(spec.groups):
@@ -323,6 +325,7 @@ def _rank_main(rank: int, world: int, port: int, shape: Shape, model_path: str, 
             Path(out).write_text(json.dumps(figures))
     finally:
         dist.destroy_process_group()
+    exit_rank()
 
 
 def _free_port() -> int:

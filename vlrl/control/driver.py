@@ -11,7 +11,9 @@ shared by many groups goes with the last sequence that names it.
 
 Store errors never end the run: the accept-time hook is retried with back-off when the store
 fails it (a busy or unreachable shard), and a group it still fails, or whose payload is lost with
-a dead shard, leaves as ``failed``; deletions skip a dead shard, since what it held is gone.
+a dead shard, leaves as ``failed``; deletions skip a dead shard, since what it held is gone. A
+shard restarts empty, so before a batch is yielded its groups' keys and image references are
+checked, and a group that lost any leaves as ``failed`` instead of reaching the trainer.
 
 Books are kept in groups: ``generated == accepted + rejected + dropped + failed + stale + pending``
 at every step, and every accepted group is trained exactly once.
@@ -31,6 +33,7 @@ from ray.exceptions import RayError
 from vlrl.config import ConfigError, DataSource, Ge, Gt
 from vlrl.control.grader import Grader, GraderRunner
 from vlrl.control.group_hook import GroupHook
+from vlrl.mm import image_refs
 from vlrl.pool.budget import split_by_shares
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import Tenant, TenantOutcome
@@ -175,7 +178,7 @@ class Driver:
         left_before = self._left()
         while True:
             self._drop_stale()
-            if all(len(self._buffer[name]) >= quota for name, quota in self.quotas.items()):
+            if all(len(self._buffer[name]) >= quota for name, quota in self.quotas.items()) and self._intact():
                 groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
                 self._step += 1
                 return Batch(self._step, groups)
@@ -189,6 +192,29 @@ class Driver:
                 )
             self._launch()
             await self._wait_for_progress()
+
+    def _intact(self) -> bool:
+        """Fail the groups about to be yielded whose payload is gone (a store shard died and
+        restarted empty since they were written), so the trainer never reads a lost key; True
+        when the batch at the head of the buffers is whole. A store that cannot answer now
+        leaves the groups buffered for the next look."""
+        head = [group for name, quota in self.quotas.items() for group in list(self._buffer[name])[:quota]]
+        keys = [meta.key for group in head for meta in group.metas]
+        refs = image_refs([meta for group in head for meta in group.metas])
+        try:
+            present, held = self.store.contains(keys), self.store.holds(refs)
+        except SHARD_ERRORS as error:
+            self.book.reasons[f"batch check failed: {type(error).__name__}"] += 1
+            return False
+        lost_keys = {key for key, ok in zip(keys, present) if not ok}
+        lost_keys |= {holder for (_, holder), ok in zip(refs, held) if not ok}
+        broken = [group for group in head if any(meta.key in lost_keys for meta in group.metas)]
+        for group in broken:
+            self._buffer[group.source].remove(group)
+            self._delete(group.metas, missing_ok=True)
+            self.book.accepted -= 1
+            self._leave("failed", "payload lost with a store shard before training")
+        return not broken
 
     def _left(self) -> int:
         """Groups that left without being accepted so far."""
@@ -337,20 +363,20 @@ class Driver:
                     raise
                 await asyncio.sleep(self.config.hook_retry_s * 2**attempt)
 
-    def _delete(self, metas: tuple[SeqMeta, ...] | list[SeqMeta]) -> None:
+    def _delete(self, metas: tuple[SeqMeta, ...] | list[SeqMeta], *, missing_ok: bool = False) -> None:
         """Delete sequences and drop their image references (as ``mm.delete_sequences``). A dead
         shard's keys are gone with it; every live shard still deletes or releases its own."""
         if not metas:
             return
         keys = [meta.key for meta in metas]
         try:
-            self.store.delete(keys)
+            self.store.delete(keys, missing_ok=missing_ok)
         except SHARD_ERRORS as error:
             self.book.reasons[f"delete failed: {type(error).__name__}"] += 1
             with contextlib.suppress(*SHARD_ERRORS):
                 self.store.delete(keys, missing_ok=True)
         try:
-            self.store.release([item.store_key for meta in metas for item in meta.images])
+            self.store.release(image_refs(metas))
         except SHARD_ERRORS as error:  # each live shard released its keys before the error came back
             self.book.reasons[f"release failed: {type(error).__name__}"] += 1
 

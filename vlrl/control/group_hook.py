@@ -40,7 +40,7 @@ from vlrl.control.advantages import (
 from vlrl.control.penalties import OverlongPenalty
 from vlrl.control.sampler import PassRateSampler
 from vlrl.records import ADVANTAGES, LOGPROBS, LOSS_MASK, TEACHER_LOGPROBS, GroupDecision, SeqMeta, group_id_of
-from vlrl.store import PayloadStore
+from vlrl.store import DuplicateWriteError, PayloadStore
 
 
 class MissingTeacherScores(LookupError):
@@ -150,6 +150,11 @@ def _column(rows: dict[str, dict[str, np.ndarray]], meta: SeqMeta, name: str) ->
 
 def _write(store: PayloadStore, metas: Sequence[SeqMeta], per_token: list[np.ndarray]) -> None:
     """Write each sequence's ``(T_i,)`` advantages, once all were computed and checked: a bad row
-    fails the group before any of it is written."""
+    fails the group before any of it is written. A row already there was written by an earlier
+    attempt of this hook that a store error cut short (the driver retries it), with the same
+    values: the retry writes the rest."""
     for meta, advantages in zip(metas, per_token):
-        store.add_fields(meta.key, {ADVANTAGES: advantages})
+        try:
+            store.add_fields(meta.key, {ADVANTAGES: advantages})
+        except DuplicateWriteError:
+            continue

@@ -24,13 +24,19 @@ if TYPE_CHECKING:
     from vlrl.store import PayloadStore
 
 
-def store_image(store: PayloadStore, pixels: np.ndarray, *, rule: PatchRule | None = None) -> MMItemMeta:
+def store_image(store: PayloadStore, pixels: np.ndarray, *, holder: str, rule: PatchRule | None = None) -> MMItemMeta:
     """Write canonical ``pixels`` under their content key, or take one more reference to the row
-    already there (no pixels move then); return the meta. Every call is one reference."""
+    already there (no pixels move then); return the meta. Every call is one reference, held by
+    ``holder`` (the key of the sequence that will name the image)."""
     pixels = require_canonical(pixels)
     meta = describe_image(pixels, rule=rule)
-    store.put_shared(meta.store_key, {PIXELS: pixels})
+    store.put_shared(meta.store_key, {PIXELS: pixels}, holder=holder)
     return meta
+
+
+def image_refs(metas: Sequence[SeqMeta]) -> list[tuple[str, str]]:
+    """The ``(image key, sequence key)`` references the sequences hold, one per image they name."""
+    return [(item.store_key, meta.key) for meta in metas for item in meta.images]
 
 
 def delete_sequences(store: PayloadStore, metas: Sequence[SeqMeta], *, missing_ok: bool = False) -> None:
@@ -38,4 +44,4 @@ def delete_sequences(store: PayloadStore, metas: Sequence[SeqMeta], *, missing_o
     if not metas:
         return
     store.delete([meta.key for meta in metas], missing_ok=missing_ok)
-    store.release([item.store_key for meta in metas for item in meta.images])
+    store.release(image_refs(metas))

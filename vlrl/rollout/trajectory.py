@@ -146,7 +146,7 @@ class Trajectory:
         try:
             for write in writes:
                 for item, pixels in zip(write.meta.images, write.pixels):
-                    ledger.put_shared(store, item.store_key, {PIXELS: pixels})
+                    ledger.put_shared(store, item.store_key, {PIXELS: pixels}, holder=write.meta.key)
                 ledger.put(store, write.meta.key, write.payload)
         except BaseException as error:
             try:

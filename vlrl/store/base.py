@@ -7,10 +7,12 @@ A payload is a set of named fields (arrays) under a key. The contract:
 - ``get(keys, fields=...)`` reads only the named fields (column projection);
   ``get_range(key, field, start, stop)`` reads rows ``[start, stop)`` of one field.
 - ``schema(key)`` returns field specs (shape, dtype) without touching payload bytes.
-- ``put_shared(key, fields)`` writes a key many writers may hold (content-addressed images):
-  the first call writes it, each later one takes one more reference instead; ``release(keys)``
-  drops one reference per listed key and deletes a key with its last. ``put`` makes a key with
-  one reference, so ``release`` ends it as ``delete`` would.
+- ``put_shared(key, fields, holder=...)`` writes a key many writers may hold (content-addressed
+  images, held by the sequences that name them): the first call writes it, each later one takes
+  one more reference for its holder instead; ``release([(key, holder), ...])`` drops one of that
+  holder's references per pair and deletes a key with its last. A holder can only drop what it
+  holds, and ``holds(refs)`` says whether references are still held. ``put`` makes a key held
+  by itself, so ``release([(key, key)])`` ends it as ``delete`` would.
 - ``delete(keys)`` frees keys whatever their references; ``stats()`` counts keys and bytes
   store-wide; ``io_stats()`` counts the payload bytes this client moved, which is what the
   benchmarks report.
@@ -53,8 +55,9 @@ class PayloadStore(Protocol):
     def schema(self, key: str) -> dict[str, FieldSpec]: ...
     def contains(self, keys: Sequence[str]) -> list[bool]: ...
     def delete(self, keys: Sequence[str], *, missing_ok: bool = False) -> None: ...
-    def put_shared(self, key: str, fields: Mapping[str, Any]) -> bool: ...
-    def release(self, keys: Sequence[str]) -> list[str]: ...
+    def put_shared(self, key: str, fields: Mapping[str, Any], *, holder: str) -> bool: ...
+    def release(self, refs: Sequence[tuple[str, str]]) -> list[str]: ...
+    def holds(self, refs: Sequence[tuple[str, str]]) -> list[bool]: ...
     def stats(self) -> StoreStats: ...
     def io_stats(self) -> IOStats: ...
     def close(self) -> None: ...
@@ -137,27 +140,33 @@ class IndexedStore(ABC):
         dropped = self._index("delete", keys, missing_ok=missing_ok)
         self._free(dropped, keys)
 
-    def put_shared(self, key: str, fields: Mapping[str, Any]) -> bool:
-        """Write ``key`` if absent, else take one more reference to it; True when this call
-        wrote it. Every call is matched by one ``release``. Only absent keys send their bytes."""
-        (key,) = _check_keys([key])
-        if self._index("share", [key])[0]:
+    def put_shared(self, key: str, fields: Mapping[str, Any], *, holder: str) -> bool:
+        """Write ``key`` if absent, else take one more reference to it, for ``holder``; True when
+        this call wrote it. Every call is matched by one ``release`` of ``(key, holder)``. Only
+        absent keys send their bytes."""
+        (key, holder) = _check_keys([key, holder])
+        if self._index("share", [key], holder)[0]:
             return False
         try:
-            self._write(key, fields, new_key=True)
+            self._write(key, fields, new_key=True, holder=holder)
             return True
         except DuplicateWriteError:  # another writer got there between share and put
-            if self._index("share", [key])[0]:
+            if self._index("share", [key], holder)[0]:
                 return False
             raise
 
-    def release(self, keys: Sequence[str]) -> list[str]:
-        """Drop one reference per listed key; return the keys this deleted (their last went)."""
-        keys = _check_keys(keys)
-        dropped = self._index("release", keys)
-        freed = [key for key, row in zip(keys, dropped) if row is not None]
+    def release(self, refs: Sequence[tuple[str, str]]) -> list[str]:
+        """Drop one reference per ``(key, holder)``; return the keys this deleted (their last went)."""
+        refs = _check_refs(refs)
+        dropped = self._index("release", refs)
+        freed = [key for (key, _), row in zip(refs, dropped) if row is not None]
         self._free([row for row in dropped if row is not None], freed)
         return freed
+
+    def holds(self, refs: Sequence[tuple[str, str]]) -> list[bool]:
+        """Whether each ``(key, holder)`` reference is held: what a holder checks before relying on
+        a shared key it took earlier (a restarted shard lost the references it held)."""
+        return self._index("holds", _check_refs(refs))
 
     def stats(self) -> StoreStats:
         return self._index("stats")
@@ -171,20 +180,20 @@ class IndexedStore(ABC):
 
     # -- shared machinery --------------------------------------------------------------------
 
-    def _write(self, key: str, fields: Mapping[str, Any], *, new_key: bool) -> None:
+    def _write(self, key: str, fields: Mapping[str, Any], *, new_key: bool, holder: str | None = None) -> None:
         (key,) = _check_keys([key])
         if not isinstance(fields, Mapping) or not fields:
             raise PayloadTypeError(f"store key {key!r}: fields must be a non-empty mapping of name -> array")
         arrays = {name: as_payload_array(key, name, value) for name, value in fields.items()}
         specs = {name: spec_for(array, self._chunk_rows) for name, array in arrays.items()}
-        self._store_fields(key, arrays, specs, new_key=new_key)
+        self._store_fields(key, arrays, specs, new_key=new_key, holder=holder)
         self._count(written=sum(a.nbytes for a in arrays.values()))
 
     def _store_fields(
-        self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec], *, new_key: bool
+        self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec], *, new_key: bool, holder: str | None
     ) -> None:
         """Reserve the names, write the data, commit; a failed write releases the names."""
-        self._index("reserve", key, specs, new_key=new_key)
+        self._index("reserve", key, specs, new_key=new_key, holder=holder)
         try:
             handles = self._write_fields(key, arrays, specs)
         except BaseException:
@@ -210,6 +219,16 @@ def _check_keys(keys: Sequence[str]) -> list[str]:
     if bad:
         raise StoreError(f"store keys must be non-empty strings, got {bad[:3]!r}")
     return list(keys)
+
+
+def _check_refs(refs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    if isinstance(refs, str) or not isinstance(refs, Sequence):
+        raise StoreError(f"store references must be a list of (key, holder) pairs, got {type(refs).__name__}")
+    bad = [r for r in refs if not (isinstance(r, tuple | list) and len(r) == 2)]
+    if bad:
+        raise StoreError(f"store references must be (key, holder) pairs, got {bad[:3]!r}")
+    keys = _check_keys([part for ref in refs for part in ref])
+    return list(zip(keys[::2], keys[1::2]))
 
 
 def _check_field_names(fields: Sequence[str]) -> list[str]:

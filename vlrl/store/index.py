@@ -8,10 +8,11 @@ as ObjectRefs), never payload arrays of the distributed backends.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from vlrl.store.errors import DuplicateWriteError, FieldMissingError, KeyMissingError
+from vlrl.store.errors import DuplicateWriteError, FieldMissingError, KeyMissingError, ShardLostError
 from vlrl.store.fields import FieldSpec
 
 
@@ -33,19 +34,27 @@ class _Entry:
 class KeyIndex:
     """Write-once bookkeeping. A write is ``reserve`` (claims the names) then ``commit``.
 
-    Every key also counts its references: a ``put`` makes one, each ``share`` one more, each
-    ``release`` drops one and the last deletes the key. Counting here, in the one place a key's
-    writes are decided, makes a shared key (an image several trajectories hold) live exactly as
-    long as its last holder, whatever the interleaving of writers and releasers.
+    Every key also records who holds it: a ``put`` key is held by itself, a shared key by each
+    ``share``'s holder (a sequence naming an image, once per time it names it), and each
+    ``release`` of ``(key, holder)`` drops one of that holder's references; the last reference
+    deletes the key. Keeping holders here, in the one place a key's writes are decided, makes a
+    shared key live exactly as long as its last holder, whatever the interleaving of writers and
+    releasers, and a holder can never drop a reference it does not hold.
+
+    ``successor``: this index replaced one that died (a restarted shard), so a key or reference
+    it does not know may have been lost with its predecessor: reads of it raise ``ShardLostError``
+    and releasing it is a no-op, while everything written since is kept exactly as above.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, successor: bool = False) -> None:
         self._rows: dict[str, dict[str, _Entry]] = {}
-        self._refs: dict[str, int] = {}
+        self._holders: dict[str, Counter[str]] = {}
         self._bytes = 0
+        self.successor = successor
 
-    def reserve(self, key: str, specs: dict[str, FieldSpec], *, new_key: bool) -> None:
-        """Claim ``specs`` under ``key``; ``new_key`` distinguishes ``put`` from ``add_fields``."""
+    def reserve(self, key: str, specs: dict[str, FieldSpec], *, new_key: bool, holder: str | None = None) -> None:
+        """Claim ``specs`` under ``key``; ``new_key`` distinguishes ``put`` from ``add_fields``, and
+        a new key's first reference is ``holder``'s (the key's own for a plain ``put``)."""
         row = self._rows.get(key)
         if new_key and row is not None:
             raise DuplicateWriteError(
@@ -54,7 +63,7 @@ class KeyIndex:
             )
         if not new_key:
             if row is None or not any(e.committed for e in row.values()):
-                raise KeyMissingError(f"store key {key!r} does not exist; add_fields needs a key written by put")
+                raise self._missing(f"store key {key!r} does not exist; add_fields needs a key written by put")
             taken = sorted(set(specs) & set(row))
             if taken:
                 raise DuplicateWriteError(f"store key {key!r} already has field(s) {taken}; fields are written once")
@@ -62,7 +71,7 @@ class KeyIndex:
         for name, spec in specs.items():
             row[name] = _Entry(spec)
         if new_key:
-            self._refs[key] = 1
+            self._holders[key] = Counter({key if holder is None else holder: 1})
 
     def commit(self, key: str, handles: dict[str, Any]) -> None:
         row = self._rows[key]
@@ -79,7 +88,7 @@ class KeyIndex:
                 del row[name]
         if key in self._rows and not row:
             del self._rows[key]
-            self._refs.pop(key, None)
+            self._holders.pop(key, None)
 
     def lookup(self, keys: list[str], fields: list[str] | None) -> list[dict[str, tuple[FieldSpec, Any]]]:
         """Specs and handles of the named fields (all committed fields when ``fields`` is None)."""
@@ -100,44 +109,59 @@ class KeyIndex:
         return [any(e.committed for e in self._rows.get(k, {}).values()) for k in keys]
 
     def delete(self, keys: list[str], *, missing_ok: bool = False) -> list[dict[str, tuple[FieldSpec, Any]]]:
-        """Forget ``keys`` whatever their references; returns what was stored so the backend can free it."""
+        """Forget ``keys`` whatever their holders; returns what was stored so the backend can free it."""
         if not missing_ok:
-            absent = [k for k in keys if not self.contains([k])[0]]
-            if absent:
-                raise KeyMissingError(f"cannot delete store key(s) {absent[:5]}: not written or already deleted")
+            self.check_deletable(keys)
         return [self._drop(key) for key in keys]
 
-    def share(self, keys: list[str]) -> list[bool]:
-        """One more reference to each key that exists (written, or being written by another
-        client): True; False for an absent key, which the caller then writes."""
+    def check_deletable(self, keys: list[str]) -> None:
+        """Raise unless every key is written: ``KeyMissingError``, or ``ShardLostError`` on a successor."""
+        absent = [k for k, present in zip(keys, self.contains(keys)) if not present]
+        if absent:
+            raise self._missing(f"cannot delete store key(s) {absent[:5]}: not written or already deleted")
+
+    def share(self, keys: list[str], holder: str) -> list[bool]:
+        """One more reference by ``holder`` to each key that exists (written, or being written by
+        another client): True; False for an absent key, which the caller then writes."""
         out = []
         for key in keys:
             present = key in self._rows
             if present:
-                self._refs[key] += 1
+                self._holders[key][holder] += 1
             out.append(present)
         return out
 
-    def release(self, keys: list[str]) -> list[dict[str, tuple[FieldSpec, Any]] | None]:
-        """Drop one reference per listed key (twice for a key listed twice); a key whose last
-        reference went is deleted and its stored fields returned, the others give None."""
-        held: dict[str, int] = {}
-        for key in keys:
-            held[key] = held.get(key, 0) + 1
-        over = [k for k, n in held.items() if self._refs.get(k, 0) < n or not self.contains([k])[0]]
-        if over:
+    def holds(self, refs: list[tuple[str, str]]) -> list[bool]:
+        """Whether each ``(key, holder)`` reference is held (its key written)."""
+        return [self._holders.get(k, Counter())[h] > 0 and self.contains([k])[0] for k, h in refs]
+
+    def release(self, refs: list[tuple[str, str]]) -> list[dict[str, tuple[FieldSpec, Any]] | None]:
+        """Drop one reference per ``(key, holder)`` (two for a pair listed twice); a key whose last
+        reference went is deleted and its stored fields returned, the others give None. A
+        reference not held is refused before anything changes (on a successor it was lost, and
+        skipped)."""
+        held = self.holds(list(Counter(refs)))
+        over = [(k, h) for ((k, h), n), ok in zip(Counter(refs).items(), held) if not ok or self._holders[k][h] < n]
+        if over and not self.successor:
             raise KeyMissingError(
-                f"cannot release store key(s) {over[:5]}: not written, already deleted, or released more often than held"
+                f"cannot release store reference(s) {over[:5]} (key, holder): not written, already deleted,"
+                " or released more often than held"
             )
         out: list[dict[str, tuple[FieldSpec, Any]] | None] = []
-        for key in keys:
-            self._refs[key] -= 1
-            out.append(self._drop(key) if self._refs[key] == 0 else None)
+        for key, holder in refs:
+            if not self.holds([(key, holder)])[0]:
+                out.append(None)  # only on a successor: the reference was lost with its predecessor
+                continue
+            holders = self._holders[key]
+            holders[holder] -= 1
+            if holders[holder] == 0:
+                del holders[holder]
+            out.append(None if holders else self._drop(key))
         return out
 
     def _drop(self, key: str) -> dict[str, tuple[FieldSpec, Any]]:
         row = self._rows.pop(key, {})
-        self._refs.pop(key, None)
+        self._holders.pop(key, None)
         self._bytes -= sum(e.spec.nbytes for e in row.values() if e.committed)
         return {n: (e.spec, e.handles) for n, e in row.items() if e.committed}
 
@@ -147,5 +171,10 @@ class KeyIndex:
     def _committed_row(self, key: str) -> dict[str, _Entry]:
         row = {n: e for n, e in self._rows.get(key, {}).items() if e.committed}
         if not row:
-            raise KeyMissingError(f"store key {key!r} does not exist (never written, or deleted)")
+            raise self._missing(f"store key {key!r} does not exist (never written, or deleted)")
         return row
+
+    def _missing(self, message: str) -> KeyMissingError | ShardLostError:
+        if self.successor:
+            return ShardLostError(f"{message}; this index shard restarted, and what it held before was lost")
+        return KeyMissingError(message)

@@ -21,18 +21,18 @@ class WriteLedger:
     def __init__(self, owner: str) -> None:
         self.owner = owner
         self._lock = threading.Lock()
-        self._written: list[tuple[Any, str, bool]] = []  # (store, key, shared)
+        self._written: list[tuple[Any, str, str | None]] = []  # (store, key, holder of a shared key)
         self._taken_back = False
 
     def put(self, store: Any, key: str, fields: Mapping[str, Any]) -> None:
         self._check()
         store.put(key, fields)
-        self._record(store, key, shared=False)
+        self._record(store, key, None)
 
-    def put_shared(self, store: Any, key: str, fields: Mapping[str, Any]) -> bool:
+    def put_shared(self, store: Any, key: str, fields: Mapping[str, Any], *, holder: str) -> bool:
         self._check()
-        wrote = store.put_shared(key, fields)
-        self._record(store, key, shared=True)
+        wrote = store.put_shared(key, fields, holder=holder)
+        self._record(store, key, holder)
         return wrote
 
     def take_back(self) -> None:
@@ -41,9 +41,9 @@ class WriteLedger:
             self._taken_back = True
             written, self._written = self._written, []
         errors = []
-        for store, key, shared in reversed(written):
+        for store, key, holder in reversed(written):
             try:
-                _undo(store, key, shared)
+                _undo(store, key, holder)
             except Exception as error:  # undo the rest anyway, then report the first failure
                 errors.append(error)
         if errors:
@@ -53,17 +53,17 @@ class WriteLedger:
         if self._taken_back:
             raise WritesTakenBackError(f"{self.owner}: writes were taken back (its result was discarded)")
 
-    def _record(self, store: Any, key: str, *, shared: bool) -> None:
+    def _record(self, store: Any, key: str, holder: str | None) -> None:
         with self._lock:
             if not self._taken_back:
-                self._written.append((store, key, shared))
+                self._written.append((store, key, holder))
                 return
-        _undo(store, key, shared)  # completed after take_back: nobody else will undo it
+        _undo(store, key, holder)  # completed after take_back: nobody else will undo it
         self._check()
 
 
-def _undo(store: Any, key: str, shared: bool) -> None:
-    if shared:
-        store.release([key])
+def _undo(store: Any, key: str, holder: str | None) -> None:
+    if holder is not None:
+        store.release([(key, holder)])
     else:
         store.delete([key], missing_ok=True)

@@ -6,9 +6,13 @@ no longer lets a writer name another owner, so writers hand their chunks to the 
 ``ray.put``s them itself. Payloads thus outlive the (possibly short-lived or crashed) writer and
 any actor in the cluster can read them straight from the object store.
 
-A shard is not restarted: when one dies, the payloads it owned die with it, and every call that
-needs it raises ``ShardLostError`` naming it. Every call waits at most ``timeout_s``
-(``StoreTimeoutError``), so a stuck shard never hangs its callers.
+A shard that dies is restarted by Ray, empty: the payloads it owned died with it. Calls in
+flight at its death raise ``ShardLostError`` naming it; afterwards it serves new writes as
+before, and as a *successor* index (``KeyIndex(successor=True)``) it answers a read of a key it
+does not know with ``ShardLostError`` (the key may have been lost with its predecessor) and
+skips releases of references it never held, so the driver fails exactly the groups whose
+payloads are gone while the run goes on. Every call waits at most ``timeout_s``
+(``StoreTimeoutError``), so a stuck or restarting shard never hangs its callers.
 """
 
 from __future__ import annotations
@@ -16,25 +20,26 @@ from __future__ import annotations
 import threading
 import zlib
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
-from vlrl.store.errors import KeyMissingError, ShardLostError, StoreError, StoreTimeoutError
+from vlrl.store.errors import ShardLostError, StoreError, StoreTimeoutError
 from vlrl.store.fields import FieldSpec
 from vlrl.store.index import KeyIndex, StoreStats
 
 RAY_NAMESPACE = "vlrl"
 
 
-@ray.remote(num_cpus=0, max_concurrency=8)
+@ray.remote(num_cpus=0, max_concurrency=8, max_restarts=-1)
 class StoreShard:
     """Index of one key shard, and owner of the payload objects ``write`` receives."""
 
     def __init__(self) -> None:
-        self._keys = KeyIndex()
+        self._keys = KeyIndex(successor=ray.get_runtime_context().was_current_actor_reconstructed)
         self._lock = threading.Lock()
 
     def call(self, method: str, args: tuple, kwargs: dict) -> tuple[bool, Any]:
@@ -42,14 +47,16 @@ class StoreShard:
         try:
             with self._lock:
                 return True, getattr(self._keys, method)(*args, **kwargs)
+        except ShardLostError as error:  # only a successor raises it: name the shard
+            return False, ShardLostError(f"store shard {ray.get_runtime_context().get_actor_name()!r}: {error}")
         except StoreError as error:
             return False, error
 
     def write(
-        self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool
+        self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, holder: str | None
     ) -> tuple[bool, Any]:
         """Reserve, ``ray.put`` every chunk (so this actor owns it), then commit."""
-        ok, error = self.call("reserve", (key, specs), {"new_key": new_key})
+        ok, error = self.call("reserve", (key, specs), {"new_key": new_key, "holder": holder})
         if not ok:
             return ok, error
         try:
@@ -78,20 +85,22 @@ class ShardedIndex:
         if method == "stats":
             parts = [self._ask(position, method) for position in range(len(self._shards))]
             return StoreStats(keys=sum(p.keys for p in parts), bytes=sum(p.bytes for p in parts))
-        if method in ("lookup", "contains", "share", "release"):  # a key's repeats all go to its one shard
+        if method in ("lookup", "contains", "share"):  # a key's repeats all go to its one shard
             return self._scatter(method, args[0], *args[1:], **kwargs)
+        if method in ("holds", "release"):  # (key, holder) pairs, each to its key's shard
+            return self._scatter(method, args[0], key_of=lambda ref: ref[0])
         if method == "delete":
             keys = args[0]
-            if not kwargs.get("missing_ok"):
-                absent = [k for k, present in zip(keys, self._scatter("contains", keys)) if not present]
-                if absent:
-                    raise KeyMissingError(f"cannot delete store key(s) {absent[:5]}: not written or already deleted")
+            if not kwargs.get("missing_ok"):  # every shard checks before any deletes
+                self._scatter("check_deletable", keys)
             return self._scatter(method, keys, missing_ok=True)
         return self._ask(self.position(args[0]), method, *args, **kwargs)
 
-    def write(self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool) -> None:
+    def write(
+        self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, holder: str | None
+    ) -> None:
         position = self.position(key)
-        ok, value = self.get(self._shards[position].write.remote(key, specs, chunks, new_key), position)
+        ok, value = self.get(self._shards[position].write.remote(key, specs, chunks, new_key, holder), position)
         if not ok:
             raise value
 
@@ -115,7 +124,7 @@ class ShardedIndex:
                 owner = owners[hexes.index(error.object_ref_hex)] if error.object_ref_hex in hexes else owners[0]
             raise ShardLostError(
                 f"store shard {self._names[owner]!r} died: payload lost for every key it held "
-                f"({type(error).__name__}; shards are not restarted)"
+                f"({type(error).__name__}; it restarts empty)"
             ) from None
 
     def _ask(self, position: int, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -124,11 +133,14 @@ class ShardedIndex:
             raise value
         return value
 
-    def _scatter(self, method: str, keys: list[str], *args: Any, **kwargs: Any) -> list[Any]:
-        """Ask each shard about its keys (in parallel) and return answers in the order of ``keys``."""
+    def _scatter(
+        self, method: str, keys: list[Any], *args: Any, key_of: Callable[[Any], str] = str, **kwargs: Any
+    ) -> list[Any]:
+        """Ask each shard about its keys (in parallel) and return answers in the order of ``keys``
+        (items that ``key_of`` maps to a key)."""
         by_shard: dict[int, list[int]] = defaultdict(list)
-        for position, key in enumerate(keys):
-            by_shard[self.position(key)].append(position)
+        for position, item in enumerate(keys):
+            by_shard[self.position(key_of(item))].append(position)
         pending = {
             shard: self._shards[shard].call.remote(method, ([keys[p] for p in positions], *args), kwargs)
             for shard, positions in by_shard.items()
@@ -138,6 +150,6 @@ class ShardedIndex:
             ok, value = self.get(ref, shard)
             if not ok:
                 raise value
-            for position, answer in zip(by_shard[shard], value):
+            for position, answer in zip(by_shard[shard], value or ()):
                 out[position] = answer
         return out
