@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import pytest
 
 from vlrl.harness import register
@@ -184,3 +186,46 @@ def test_env_hosts_keep_instances_warm_between_leases(ray_session):
         assert ray.get(host.instances.remote()) == 1 and ray.get(host.in_flight.remote()) == 0
     finally:
         pool.shutdown()
+
+
+@dataclass(frozen=True)
+class Writer:
+    """Writes an image reference and a sequence through its ledger; its first run then stalls
+    until its loop host is killed, the second returns its key."""
+
+    store: Any
+
+    async def run(self, ctx: TenantContext) -> str:
+        key = f"seq/{ctx.tenant_id}"
+        row = {"token_ids": np.arange(4, dtype=np.int32)}
+        await ctx.to_thread(lambda: ctx.writes.put_shared(self.store, "img/shared", row, holder=key))
+        await ctx.to_thread(lambda: ctx.writes.put(self.store, key, row))
+        if ctx.tenant_id.endswith(".1"):
+            await asyncio.sleep(60)
+        return key
+
+
+def test_writes_of_a_run_whose_loop_host_died_are_named_for_the_store_owner(ray_session):
+    ray = ray_session
+    from vlrl.store.ray_store import RayStore
+
+    store = RayStore.Config().build()
+    pool = _pool(total=2)
+    try:
+
+        async def main():
+            run = asyncio.ensure_future(pool.run(Writer(store), tenant_id="t"))
+            while not store.contains(["seq/t.1"])[0]:
+                await asyncio.sleep(0.05)
+            ray.kill(pool.loop.hosts()[0], no_restart=True)
+            return await run
+
+        outcome = asyncio.run(main())
+        assert outcome.status == "ok" and outcome.value == "seq/t.2" and outcome.lost_writers == ("t.1",)
+        assert sorted(store.take_back(list(outcome.lost_writers))) == ["seq/t.1"]  # the image is still held
+        assert store.holds([("img/shared", "seq/t.1"), ("img/shared", "seq/t.2")]) == [False, True]
+        store.delete(["seq/t.2"])
+        assert store.release([("img/shared", "seq/t.2")]) == ["img/shared"] and store.stats().keys == 0
+    finally:
+        pool.shutdown()
+        store.destroy()

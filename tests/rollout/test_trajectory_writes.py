@@ -20,13 +20,13 @@ class FailingWrites(LocalStore):
         super().__init__()
         self.fail_at, self.writes = fail_at, 0
 
-    def put(self, key, fields):
+    def put(self, key, fields, **names):
         self._maybe_fail(key)
-        super().put(key, fields)
+        super().put(key, fields, **names)
 
-    def put_shared(self, key, fields, *, holder):
+    def put_shared(self, key, fields, **names):
         self._maybe_fail(key)
-        return super().put_shared(key, fields, holder=holder)
+        return super().put_shared(key, fields, **names)
 
     def _maybe_fail(self, key: str) -> None:
         self.writes += 1

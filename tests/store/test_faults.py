@@ -15,8 +15,12 @@ from vlrl.store.ray_store import RayStore
 ROW = {"token_ids": np.arange(6, dtype=np.int32)}
 
 
-def test_two_runs_on_one_cluster_get_separate_stores(ray_session):
-    first, second = RayStore.Config().build(), RayStore.Config().build()
+@pytest.mark.parametrize("backend", ["ray", "transferqueue"])
+def test_two_runs_on_one_cluster_get_separate_stores(ray_session, backend):
+    from vlrl.store.transferqueue_store import TransferQueueStore
+
+    config = RayStore.Config if backend == "ray" else TransferQueueStore.Config
+    first, second = config().build(), config().build()
     first.put("seq/a", ROW)
     second.put("seq/a", ROW)  # the same key in another run's store is no duplicate
     first.destroy()
@@ -109,11 +113,32 @@ def test_a_write_that_completes_after_take_back_is_undone_by_its_writer():
     ledger = WriteLedger("tenant t")
 
     class TakenBackMidWrite(LocalStore):
-        def put(self, key, fields):
-            super().put(key, fields)
+        def put(self, key, fields, **names):
+            super().put(key, fields, **names)
             ledger.take_back()  # the host gives up while this write is in flight
 
     store = TakenBackMidWrite()
     with pytest.raises(WritesTakenBackError):
         ledger.put(store, "seq/t", ROW)
+    assert store.stats().keys == 0
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_take_back_undoes_exactly_what_a_dead_writer_wrote(backend, request):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    store = LocalStore() if backend == "local" else RayStore.Config(shards=2).build()
+    store.put_shared("img/shared", ROW, holder="seq/other", writer="run-b")  # another run's reference
+    for run in ("run-a", "run-b"):
+        ledger = WriteLedger(f"tenant {run}", writer=run)
+        ledger.put_shared(store, "img/shared", ROW, holder=f"seq/{run}")
+        ledger.put_shared(store, f"img/{run}", ROW, holder=f"seq/{run}")
+        ledger.put(store, f"seq/{run}", ROW)
+    store.release([("img/shared", "seq/other")])  # a reference dropped normally leaves no record behind
+
+    assert sorted(store.take_back(["run-a"])) == ["img/run-a", "seq/run-a"]  # its process died; undone from here
+    assert store.contains(["img/shared", "img/run-b", "seq/run-b"]) == [True] * 3
+    assert store.holds([("img/shared", "seq/run-a"), ("img/shared", "seq/run-b")]) == [False, True]
+    assert store.take_back(["run-a"]) == []  # nothing twice
+    assert sorted(store.take_back(["run-b"])) == ["img/run-b", "img/shared", "seq/run-b"]
     assert store.stats().keys == 0

@@ -36,7 +36,7 @@ from vlrl.control.group_hook import GroupHook
 from vlrl.mm import image_refs
 from vlrl.pool.budget import split_by_shares
 from vlrl.pool.harness_pool import HarnessPool
-from vlrl.pool.tenant import Tenant, TenantOutcome
+from vlrl.pool.tenant import Tenant, TenantOutcome, lost_writers
 from vlrl.records import AcceptedGroup, Batch, SeqMeta
 from vlrl.store import ShardLostError, StoreError, StoreTimeoutError
 
@@ -278,6 +278,7 @@ class Driver:
             )
         finally:
             self._in_flight[source.name] -= 1
+        self._take_back(lost_writers(outcomes))
         metas = tuple(meta for outcome in outcomes if outcome.status == "ok" for meta in outcome.value)
         failed = [outcome for outcome in outcomes if outcome.status != "ok"]
         if failed:
@@ -379,6 +380,15 @@ class Driver:
             self.store.release(image_refs(metas))
         except SHARD_ERRORS as error:  # each live shard released its keys before the error came back
             self.book.reasons[f"release failed: {type(error).__name__}"] += 1
+
+    def _take_back(self, writers: list[str]) -> None:
+        """Undo what runs wrote before their loop host died (nobody else can)."""
+        if not writers:
+            return
+        try:
+            self.store.take_back(writers)
+        except SHARD_ERRORS as error:  # every live shard took back its part before the error came back
+            self.book.reasons[f"take back failed: {type(error).__name__}"] += 1
 
     def _leave(self, status: str, reason: str) -> None:
         setattr(self.book, status, getattr(self.book, status) + 1)

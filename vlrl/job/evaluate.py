@@ -24,6 +24,7 @@ from vlrl.job.progress import Progress
 from vlrl.mm import PatchRule, delete_sequences
 from vlrl.pool.episode import ScriptedEpisode
 from vlrl.pool.harness_pool import HarnessPool
+from vlrl.pool.tenant import lost_writers
 from vlrl.records import LOSS_MASK, PIXELS, TOKEN_IDS, SeqMeta
 from vlrl.rollout.agent_loop import AgentLoop
 from vlrl.rollout.parsers import PARSERS, ParseError, ScreenMap
@@ -152,6 +153,7 @@ async def evaluate(
             jobs.append((loop, kwargs))
             owners.append((source.name, seed))
     outcomes = await _run(pool, jobs, progress)
+    store.take_back(lost_writers(outcomes))  # what runs wrote before their loop host died
     result = EvalResult({source.name: SourceScore() for source in sources})
     per_source: dict[str, list[list[SeqMeta]]] = defaultdict(list)
     played: dict[int, list[SeqMeta]] = {}

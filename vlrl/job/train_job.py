@@ -44,7 +44,7 @@ from vlrl.job.progress import Progress
 from vlrl.job.run_folder import SUMMARY_FILE
 from vlrl.job.session import JobSession, RunState
 from vlrl.job.tracking import Tracking
-from vlrl.pool.tenant import TenantOutcome
+from vlrl.pool.tenant import TenantOutcome, lost_writers
 from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import agent_loop_factory
 from vlrl.rollout.rollout_side import RolloutSide
@@ -228,6 +228,7 @@ class TrainJob:
                 jobs.append((episode, {"codebase": source.codebase, "env_settings": source.env.as_kwargs()}))
         s.progress.phase("demonstrations", total=len(jobs), unit="episode")
         outcomes = await asyncio.gather(*(s.progress.counted(s.pool.run(tenant, **kwargs)) for tenant, kwargs in jobs))
+        s.store.take_back(lost_writers(outcomes))  # what runs wrote before their loop host died
         demos = [m for o in outcomes if o.status == "ok" for m in o.value.metas]
         dropped = Counter(o.value.reason if o.status == "ok" else _cause(o) for o in outcomes)
         dropped.pop("", None)

@@ -4,7 +4,8 @@
 and leases it a harness instance on the env host of that codebase with the fewest leased
 instances. A tenant whose host dies is resubmitted (bounded attempts) on a fresh host; a tenant
 that fails by itself is reported, not retried. The book counts every run, so no trajectory is
-lost silently.
+lost silently, and the outcome names the runs whose loop host died (``lost_writers``), so that
+whoever owns the store takes back what they wrote before dying.
 """
 
 from __future__ import annotations
@@ -128,14 +129,18 @@ class HarnessPool:
         self.book.submitted += 1
         self.book.in_flight += 1
         reasons: list[str] = []
+        lost: list[str] = []  # runs whose loop host died: their writes are the caller's to take back
         try:
             for attempt in range(1, self.config.max_attempts + 1):
-                outcome = await self._attempt(tenant, f"{tenant_id}.{attempt}", codebase, env_settings or {})
+                run_id = f"{tenant_id}.{attempt}"
+                outcome = await self._attempt(tenant, run_id, codebase, env_settings or {})
                 if outcome.status in ("ok", "failed", "timeout"):
                     outcome = TenantOutcome(
-                        tenant_id, outcome.status, outcome.value, outcome.error, outcome.host, attempt
+                        tenant_id, outcome.status, outcome.value, outcome.error, outcome.host, attempt, tuple(lost)
                     )
                     break
+                if outcome.status == "loop_host_died":
+                    lost.append(run_id)
                 reasons.append(f"attempt {attempt}: {outcome.status} ({outcome.error})")
                 if attempt < self.config.max_attempts:
                     self.book.resubmitted += 1
@@ -145,6 +150,7 @@ class HarnessPool:
                     "failed",
                     error=f"gave up after {self.config.max_attempts} attempts: " + "; ".join(reasons),
                     attempts=self.config.max_attempts,
+                    lost_writers=tuple(lost),
                 )
             self.book.record(outcome)
             return outcome

@@ -37,6 +37,14 @@ class TenantOutcome:
     error: str | None = None
     host: int | None = None
     attempts: int = 1
+    lost_writers: tuple[str, ...] = ()
+    """Runs of this tenant whose loop host died under them: store writes they made could not be
+    taken back by the host, so the caller that owns the store does it (``PayloadStore.take_back``)."""
+
+
+def lost_writers(outcomes: list[TenantOutcome]) -> list[str]:
+    """Every run of ``outcomes`` whose writes nobody took back (its loop host died)."""
+    return [writer for outcome in outcomes for writer in outcome.lost_writers]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +106,7 @@ class TenantContext:
         self._run_blocking = run_blocking
         self._env = env
         self._sessions: list[EnvSession] = []
-        self.writes = WriteLedger(f"tenant {tenant_id}")
+        self.writes = WriteLedger(f"tenant {tenant_id}", writer=tenant_id)
         """Store writes of this tenant's result: the host takes them back if it discards the result
         (a timeout or failure), even when the tenant's thread finishes writing later."""
 

@@ -21,6 +21,7 @@ from typing import Annotated, Any
 from vlrl.config import Ge
 from vlrl.mm import delete_sequences
 from vlrl.pool.harness_pool import HarnessPool
+from vlrl.pool.tenant import lost_writers
 from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import AgentLoop
 from vlrl.rollout.loop_setup import LoopSetup
@@ -64,6 +65,7 @@ class PolicyRollout:
                 engine_stats = ray.get([engine.stats.remote() for engine in engines])
                 summary = _summary(config, outcomes, owners, engine_stats, pool, wall_s)
                 delete_sequences(store, [meta for o in outcomes if o.status == "ok" for meta in o.value])
+                store.take_back(lost_writers(outcomes))  # what runs wrote before their loop host died
                 summary["store_keys_left"] = store.stats().keys
             finally:
                 pool.shutdown()

@@ -13,6 +13,8 @@ A payload is a set of named fields (arrays) under a key. The contract:
   holder's references per pair and deletes a key with its last. A holder can only drop what it
   holds, and ``holds(refs)`` says whether references are still held. ``put`` makes a key held
   by itself, so ``release([(key, key)])`` ends it as ``delete`` would.
+- ``put`` and ``put_shared`` may name their ``writer``; ``take_back(writers)`` deletes what those
+  writers put and drops the references they took, for a writer that died before undoing them.
 - ``delete(keys)`` frees keys whatever their references; ``stats()`` counts keys and bytes
   store-wide; ``io_stats()`` counts the payload bytes this client moved, which is what the
   benchmarks report.
@@ -48,16 +50,17 @@ class IOStats:
 
 @runtime_checkable
 class PayloadStore(Protocol):
-    def put(self, key: str, fields: Mapping[str, Any]) -> None: ...
+    def put(self, key: str, fields: Mapping[str, Any], *, writer: str | None = None) -> None: ...
     def add_fields(self, key: str, fields: Mapping[str, Any]) -> None: ...
     def get(self, keys: Sequence[str], fields: Sequence[str] | None = None) -> dict[str, dict[str, np.ndarray]]: ...
     def get_range(self, key: str, field: str, start: int, stop: int) -> np.ndarray: ...
     def schema(self, key: str) -> dict[str, FieldSpec]: ...
     def contains(self, keys: Sequence[str]) -> list[bool]: ...
     def delete(self, keys: Sequence[str], *, missing_ok: bool = False) -> None: ...
-    def put_shared(self, key: str, fields: Mapping[str, Any], *, holder: str) -> bool: ...
+    def put_shared(self, key: str, fields: Mapping[str, Any], *, holder: str, writer: str | None = None) -> bool: ...
     def release(self, refs: Sequence[tuple[str, str]]) -> list[str]: ...
     def holds(self, refs: Sequence[tuple[str, str]]) -> list[bool]: ...
+    def take_back(self, writers: Sequence[str]) -> list[str]: ...
     def stats(self) -> StoreStats: ...
     def io_stats(self) -> IOStats: ...
     def close(self) -> None: ...
@@ -105,8 +108,8 @@ class IndexedStore(ABC):
 
     # -- public API --------------------------------------------------------------------------
 
-    def put(self, key: str, fields: Mapping[str, Any]) -> None:
-        self._write(key, fields, new_key=True)
+    def put(self, key: str, fields: Mapping[str, Any], *, writer: str | None = None) -> None:
+        self._write(key, fields, new_key=True, writer=writer)
 
     def add_fields(self, key: str, fields: Mapping[str, Any]) -> None:
         self._write(key, fields, new_key=False)
@@ -140,18 +143,18 @@ class IndexedStore(ABC):
         dropped = self._index("delete", keys, missing_ok=missing_ok)
         self._free(dropped, keys)
 
-    def put_shared(self, key: str, fields: Mapping[str, Any], *, holder: str) -> bool:
+    def put_shared(self, key: str, fields: Mapping[str, Any], *, holder: str, writer: str | None = None) -> bool:
         """Write ``key`` if absent, else take one more reference to it, for ``holder``; True when
         this call wrote it. Every call is matched by one ``release`` of ``(key, holder)``. Only
         absent keys send their bytes."""
         (key, holder) = _check_keys([key, holder])
-        if self._index("share", [key], holder)[0]:
+        if self._index("share", [key], holder, writer)[0]:
             return False
         try:
-            self._write(key, fields, new_key=True, holder=holder)
+            self._write(key, fields, new_key=True, holder=holder, writer=writer)
             return True
         except DuplicateWriteError:  # another writer got there between share and put
-            if self._index("share", [key], holder)[0]:
+            if self._index("share", [key], holder, writer)[0]:
                 return False
             raise
 
@@ -168,6 +171,14 @@ class IndexedStore(ABC):
         a shared key it took earlier (a restarted shard lost the references it held)."""
         return self._index("holds", _check_refs(refs))
 
+    def take_back(self, writers: Sequence[str]) -> list[str]:
+        """Delete every key the ``writers`` put and drop every reference they took, whichever shard
+        holds them: the undo of a writer that died before it could undo its own writes (a loop
+        host killed under its tenants). Returns the keys this deleted."""
+        pairs = self._index("take_back", _check_keys(writers))
+        self._free([row for _, row in pairs], [key for key, _ in pairs])
+        return [key for key, _ in pairs]
+
     def stats(self) -> StoreStats:
         return self._index("stats")
 
@@ -180,20 +191,29 @@ class IndexedStore(ABC):
 
     # -- shared machinery --------------------------------------------------------------------
 
-    def _write(self, key: str, fields: Mapping[str, Any], *, new_key: bool, holder: str | None = None) -> None:
+    def _write(
+        self, key: str, fields: Mapping[str, Any], *, new_key: bool, holder: str | None = None, writer: str | None = None
+    ) -> None:
         (key,) = _check_keys([key])
         if not isinstance(fields, Mapping) or not fields:
             raise PayloadTypeError(f"store key {key!r}: fields must be a non-empty mapping of name -> array")
         arrays = {name: as_payload_array(key, name, value) for name, value in fields.items()}
         specs = {name: spec_for(array, self._chunk_rows) for name, array in arrays.items()}
-        self._store_fields(key, arrays, specs, new_key=new_key, holder=holder)
+        self._store_fields(key, arrays, specs, new_key=new_key, holder=holder, writer=writer)
         self._count(written=sum(a.nbytes for a in arrays.values()))
 
     def _store_fields(
-        self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec], *, new_key: bool, holder: str | None
+        self,
+        key: str,
+        arrays: dict[str, np.ndarray],
+        specs: dict[str, FieldSpec],
+        *,
+        new_key: bool,
+        holder: str | None,
+        writer: str | None,
     ) -> None:
         """Reserve the names, write the data, commit; a failed write releases the names."""
-        self._index("reserve", key, specs, new_key=new_key, holder=holder)
+        self._index("reserve", key, specs, new_key=new_key, holder=holder, writer=writer)
         try:
             handles = self._write_fields(key, arrays, specs)
         except BaseException:

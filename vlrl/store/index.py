@@ -41,6 +41,10 @@ class KeyIndex:
     shared key live exactly as long as its last holder, whatever the interleaving of writers and
     releasers, and a holder can never drop a reference it does not hold.
 
+    A write may name its ``writer`` (a tenant's run): ``take_back(writers)`` then deletes the keys
+    each writer put and drops the references it took, for a writer whose process died before it
+    could undo them itself. Writer records go with the keys and references they name.
+
     ``successor``: this index replaced one that died (a restarted shard), so a key or reference
     it does not know may have been lost with its predecessor: reads of it raise ``ShardLostError``
     and releasing it is a no-op, while everything written since is kept exactly as above.
@@ -49,12 +53,17 @@ class KeyIndex:
     def __init__(self, *, successor: bool = False) -> None:
         self._rows: dict[str, dict[str, _Entry]] = {}
         self._holders: dict[str, Counter[str]] = {}
+        self._writer_of: dict[str, str] = {}  # put key -> its writer
+        self._ref_writers: dict[tuple[str, str], Counter[str]] = {}  # (key, holder) -> writers of its references
         self._bytes = 0
         self.successor = successor
 
-    def reserve(self, key: str, specs: dict[str, FieldSpec], *, new_key: bool, holder: str | None = None) -> None:
+    def reserve(
+        self, key: str, specs: dict[str, FieldSpec], *, new_key: bool, holder: str | None = None, writer: str | None = None
+    ) -> None:
         """Claim ``specs`` under ``key``; ``new_key`` distinguishes ``put`` from ``add_fields``, and
-        a new key's first reference is ``holder``'s (the key's own for a plain ``put``)."""
+        a new key's first reference is ``holder``'s (the key's own for a plain ``put``), taken by
+        ``writer``."""
         row = self._rows.get(key)
         if new_key and row is not None:
             raise DuplicateWriteError(
@@ -72,6 +81,10 @@ class KeyIndex:
             row[name] = _Entry(spec)
         if new_key:
             self._holders[key] = Counter({key if holder is None else holder: 1})
+            if writer is not None and holder is None:
+                self._writer_of[key] = writer
+            elif writer is not None:
+                self._ref_writers.setdefault((key, holder), Counter())[writer] += 1
 
     def commit(self, key: str, handles: dict[str, Any]) -> None:
         row = self._rows[key]
@@ -88,7 +101,7 @@ class KeyIndex:
                 del row[name]
         if key in self._rows and not row:
             del self._rows[key]
-            self._holders.pop(key, None)
+            self._forget(key)
 
     def lookup(self, keys: list[str], fields: list[str] | None) -> list[dict[str, tuple[FieldSpec, Any]]]:
         """Specs and handles of the named fields (all committed fields when ``fields`` is None)."""
@@ -120,16 +133,34 @@ class KeyIndex:
         if absent:
             raise self._missing(f"cannot delete store key(s) {absent[:5]}: not written or already deleted")
 
-    def share(self, keys: list[str], holder: str) -> list[bool]:
-        """One more reference by ``holder`` to each key that exists (written, or being written by
-        another client): True; False for an absent key, which the caller then writes."""
+    def share(self, keys: list[str], holder: str, writer: str | None = None) -> list[bool]:
+        """One more reference by ``holder`` (taken by ``writer``) to each key that exists (written,
+        or being written by another client): True; False for an absent key, which the caller
+        then writes."""
         out = []
         for key in keys:
             present = key in self._rows
             if present:
                 self._holders[key][holder] += 1
+                if writer is not None:
+                    self._ref_writers.setdefault((key, holder), Counter())[writer] += 1
             out.append(present)
         return out
+
+    def take_back(self, writers: list[str]) -> list[tuple[str, dict[str, tuple[FieldSpec, Any]]]]:
+        """Delete the keys ``writers`` put and drop the references they took (what is gone already
+        is skipped); returns each deleted key with its stored fields, for the backend to free."""
+        wanted = set(writers)
+        refs = [
+            (key, holder)
+            for (key, holder), by in self._ref_writers.items()
+            for writer, n in by.items()
+            if writer in wanted
+            for _ in range(n)
+        ]
+        out = [(key, row) for (key, _), row in zip(refs, self._release(refs)) if row is not None]
+        keys = [key for key, writer in self._writer_of.items() if writer in wanted]
+        return out + [(key, self._drop(key)) for key in keys]
 
     def holds(self, refs: list[tuple[str, str]]) -> list[bool]:
         """Whether each ``(key, holder)`` reference is held (its key written)."""
@@ -147,23 +178,41 @@ class KeyIndex:
                 f"cannot release store reference(s) {over[:5]} (key, holder): not written, already deleted,"
                 " or released more often than held"
             )
+        return self._release(refs)
+
+    def _release(self, refs: list[tuple[str, str]]) -> list[dict[str, tuple[FieldSpec, Any]] | None]:
+        """``release`` without the check: a reference not held is skipped (lost, or taken back)."""
         out: list[dict[str, tuple[FieldSpec, Any]] | None] = []
         for key, holder in refs:
             if not self.holds([(key, holder)])[0]:
-                out.append(None)  # only on a successor: the reference was lost with its predecessor
+                out.append(None)
                 continue
             holders = self._holders[key]
             holders[holder] -= 1
             if holders[holder] == 0:
                 del holders[holder]
+            writers = self._ref_writers.get((key, holder))
+            if writers:  # one reference fewer to take back, whoever drops it
+                writer = next(iter(writers))
+                writers[writer] -= 1
+                if writers[writer] == 0:
+                    del writers[writer]
+                if not writers:
+                    del self._ref_writers[(key, holder)]
             out.append(None if holders else self._drop(key))
         return out
 
     def _drop(self, key: str) -> dict[str, tuple[FieldSpec, Any]]:
         row = self._rows.pop(key, {})
-        self._holders.pop(key, None)
+        self._forget(key)
         self._bytes -= sum(e.spec.nbytes for e in row.values() if e.committed)
         return {n: (e.spec, e.handles) for n, e in row.items() if e.committed}
+
+    def _forget(self, key: str) -> None:
+        """Drop the holders and writer records of a key that is gone."""
+        for holder in self._holders.pop(key, {}):
+            self._ref_writers.pop((key, holder), None)
+        self._writer_of.pop(key, None)
 
     def stats(self) -> StoreStats:
         return StoreStats(keys=sum(self.contains(list(self._rows))), bytes=self._bytes)

@@ -6,6 +6,8 @@ while its thread was still writing), nobody would ever delete those keys. The wr
 writes through a ``WriteLedger``; ``take_back`` deletes every sequence key and drops every image
 reference written so far, and a write that completes after it is taken back at once by the
 writer itself. Whatever the interleaving, each write is either kept or taken back exactly once.
+If the writer's process dies, its writes carry its ``writer`` name, and ``PayloadStore.take_back``
+undoes them from anywhere.
 """
 
 from __future__ import annotations
@@ -18,20 +20,22 @@ from vlrl.store.errors import WritesTakenBackError
 
 
 class WriteLedger:
-    def __init__(self, owner: str) -> None:
+    def __init__(self, owner: str, *, writer: str | None = None) -> None:
         self.owner = owner
+        self.writer = writer
+        """Named on every write, so that the store can take them back if this process dies."""
         self._lock = threading.Lock()
         self._written: list[tuple[Any, str, str | None]] = []  # (store, key, holder of a shared key)
         self._taken_back = False
 
     def put(self, store: Any, key: str, fields: Mapping[str, Any]) -> None:
         self._check()
-        store.put(key, fields)
+        store.put(key, fields, writer=self.writer)
         self._record(store, key, None)
 
     def put_shared(self, store: Any, key: str, fields: Mapping[str, Any], *, holder: str) -> bool:
         self._check()
-        wrote = store.put_shared(key, fields, holder=holder)
+        wrote = store.put_shared(key, fields, holder=holder, writer=self.writer)
         self._record(store, key, holder)
         return wrote
 

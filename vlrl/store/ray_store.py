@@ -73,10 +73,17 @@ class RayStore(IndexedStore):
         return self._shards.call(method, *args, **kwargs)
 
     def _store_fields(
-        self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec], *, new_key: bool, holder: str | None
+        self,
+        key: str,
+        arrays: dict[str, np.ndarray],
+        specs: dict[str, FieldSpec],
+        *,
+        new_key: bool,
+        holder: str | None,
+        writer: str | None,
     ) -> None:
         chunks = {name: split_chunks(array, specs[name]) for name, array in arrays.items()}
-        self._shards.write(key, specs, chunks, new_key, holder)
+        self._shards.write(key, specs, chunks, new_key, holder, writer)
 
     def _read_ranges(self, reads: list[RangeRead]) -> list[np.ndarray]:
         wanted = [read.spec.chunks_overlapping(read.start, read.stop) for read in reads]

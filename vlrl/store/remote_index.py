@@ -53,10 +53,12 @@ class StoreShard:
             return False, error
 
     def write(
-        self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, holder: str | None
+        self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, *names: str | None
     ) -> tuple[bool, Any]:
-        """Reserve, ``ray.put`` every chunk (so this actor owns it), then commit."""
-        ok, error = self.call("reserve", (key, specs), {"new_key": new_key, "holder": holder})
+        """Reserve, ``ray.put`` every chunk (so this actor owns it), then commit; ``names`` are the
+        new key's holder and writer."""
+        holder, writer = names
+        ok, error = self.call("reserve", (key, specs), {"new_key": new_key, "holder": holder, "writer": writer})
         if not ok:
             return ok, error
         try:
@@ -85,6 +87,8 @@ class ShardedIndex:
         if method == "stats":
             parts = [self._ask(position, method) for position in range(len(self._shards))]
             return StoreStats(keys=sum(p.keys for p in parts), bytes=sum(p.bytes for p in parts))
+        if method == "take_back":  # a writer's keys and references may be on every shard
+            return [pair for position in range(len(self._shards)) for pair in self._ask(position, method, *args)]
         if method in ("lookup", "contains", "share"):  # a key's repeats all go to its one shard
             return self._scatter(method, args[0], *args[1:], **kwargs)
         if method in ("holds", "release"):  # (key, holder) pairs, each to its key's shard
@@ -97,10 +101,10 @@ class ShardedIndex:
         return self._ask(self.position(args[0]), method, *args, **kwargs)
 
     def write(
-        self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, holder: str | None
+        self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, *names: str | None
     ) -> None:
         position = self.position(key)
-        ok, value = self.get(self._shards[position].write.remote(key, specs, chunks, new_key, holder), position)
+        ok, value = self.get(self._shards[position].write.remote(key, specs, chunks, new_key, *names), position)
         if not ok:
             raise value
 

@@ -87,8 +87,12 @@ class TransferQueueStore(IndexedStore):
         return TransferQueueStore, (self._config, self._shards)
 
     def destroy(self) -> None:
-        """Shut TransferQueue down and forget every key (ends the store for all clients)."""
-        self._client().close()
+        """Free every payload of this store's partition and end its index (for all its clients).
+        TransferQueue itself stays up for the other runs on the cluster and ends with Ray."""
+        client = self._client()
+        keys = list(client.kv_list(partition_id=self._config.partition).get(self._config.partition, {}))
+        if keys:
+            client.kv_clear(keys=keys, partition_id=self._config.partition)
         self._shards.kill()
 
     def _client(self) -> Any:
