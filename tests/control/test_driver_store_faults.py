@@ -165,3 +165,25 @@ def test_a_hook_retry_after_a_partial_write_completes_the_group(parts):  # noqa:
     assert adds == 2 + A.group_size  # the first try's two calls, then the retry's for every sequence
     assert [g.decision.status for g in batch.groups] == ["accepted"] and driver.book.failed == 0
     assert store.stats().keys == 0
+
+
+def test_a_batch_the_trainer_could_not_read_is_requeued_and_refilled(parts):  # noqa: F811
+    pool, store = parts
+    driver = Driver(Driver.Config(groups_per_batch=1, hook_retry_s=0.01), [A], pool, store, tenant_factory=_mixed)
+
+    async def main():
+        batch = await driver.next_batch(policy_version=0)
+        _restart_every_shard(store)  # under the trainer's step: its payload is gone
+        driver.requeue(batch)
+        again = await driver.next_batch(policy_version=0)
+        rows = store.get([meta.key for meta in again.sequences])
+        driver.consumed(again)
+        await driver.close()
+        return batch, again, rows
+
+    batch, again, rows = asyncio.run(main())
+    assert again.step == batch.step == 1 and again.groups[0].group_id != batch.groups[0].group_id and rows
+    book = driver.book
+    assert book.reasons["failed: payload lost with a store shard before training"] >= 1
+    assert book.trained == 1 and _balanced(book) and book.pending == 0
+    assert store.stats().keys == 0

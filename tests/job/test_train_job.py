@@ -23,9 +23,13 @@ def _run(spec: str, run_dir: Path, *overrides: str) -> dict:
     return load_recipe(f"{RECIPE}:{spec}", [f"run_dir={run_dir}", *overrides]).build().run()
 
 
+CORRECTIONS = ("trainer.trainer.loss.kl_coef=0.05", "trainer.trainer.loss.tis_cap=2.0")
+"""TIS and a KL penalty to the warm-start weights, set as a user would."""
+
+
 def test_the_small_recipe_trains_end_to_end_then_resumes(ray_session, tmp_path, capsys):
     run_dir = tmp_path / "run"
-    summary = _run("small", run_dir)
+    summary = _run("small", run_dir, *CORRECTIONS)
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert SUMMARY_KEYS <= set(printed) and printed["steps"] == summary["steps"] == 2
     assert summary["store_keys_left"] == 0
@@ -38,6 +42,7 @@ def test_the_small_recipe_trains_end_to_end_then_resumes(ray_session, tmp_path, 
     rl = [r for r in records if r["phase"] == "rl"]
     assert [r["step"] for r in rl] == [1, 2] and [r["policy_version"] for r in rl] == [2, 3]
     assert all(r["batch/desktop-click/groups"] == 2 and r["train/tokens_per_s"] > 0 for r in rl)
+    assert all(r["train/tis_weight"] > 0 and r["train/ref_kl"] >= 0 for r in rl)
     tags = [r["tag"] for r in records if r["phase"] == "eval"]
     assert tags == ["chance", "base", "warm", "step1", "final"]
     assert sorted(p.name.split("-")[0] for p in (run_dir / "episodes").glob("*.png")) == ["base", "final", "warm"]
@@ -46,7 +51,7 @@ def test_the_small_recipe_trains_end_to_end_then_resumes(ray_session, tmp_path, 
     assert state["step"] == 2 and state["version"] == 3 and state["generated"] >= 4
     assert not (run_dir / "checkpoints" / "step-000001").exists()  # only the last RL checkpoint is kept
 
-    resumed = _run("small", run_dir, "steps=3", "resume=true")
+    resumed = _run("small", run_dir, "steps=3", "resume=true", *CORRECTIONS)
     assert resumed["steps"] == 3 and resumed["success_first"] == summary["success_first"]
     records = read_metrics(run_dir)
     assert [r["phase"] for r in records].count("warm-start") == 3  # no second warm start

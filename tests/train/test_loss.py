@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from vlrl.config import ConfigError, load_recipe
+from vlrl.config import ConfigError
 from vlrl.train.loss import (
     LossOutput,
     Normaliser,
@@ -310,22 +310,53 @@ def test_kind_sets_the_default_aggregation(kind, aggregation, expected):
     assert PolicyLoss.Config(kind=kind, aggregation=aggregation).build().aggregation == expected
 
 
+def test_tis_weights_each_token_from_the_behaviour_to_the_trainers_policy():
+    """Under TIS the gradient of token t is -w_t A_t / N with w_t = min(exp(logp_t - old_t), cap):
+    a token the rollout sampled far below the trainer's probability still moves, capped, where
+    plain PPO clips it to zero gradient."""
+    old, logp_values, adv = [-1.0, -2.0, -0.5], [-1.1, -0.5, -0.5], [1.0, 1.0, -1.0]
+    grads = {}
+    for cap in (None, 2.0):
+        logp = _t(logp_values).requires_grad_()
+        out = _one_sequence(PolicyLoss.Config(tis_cap=cap).build(), logp, old_logprobs=_t(old), advantages=_t(adv))
+        out.loss.backward()
+        grads[cap] = logp.grad.tolist()
+        if cap is not None:
+            weights = [min(math.exp(lp - o), cap) for lp, o in zip(logp_values, old)]
+            assert out.loss.item() == pytest.approx(sum(-w * a for w, a in zip(weights, adv)) / 3)
+            assert out.metrics["tis_truncated"].item() == 1  # the second token: exp(1.5) > 2
+            assert out.metrics["tis_weight_sum"].item() == pytest.approx(sum(weights))
+    assert grads[2.0] == pytest.approx([-math.exp(-0.1) / 3, -2.0 / 3, 1.0 / 3])
+    assert grads[None][1] == 0.0  # PPO: ratio exp(1.5) is clipped, no gradient
+
+
+def test_the_kl_penalty_pulls_logprobs_towards_the_reference():
+    logp = _t([-1.0, -3.0]).requires_grad_()
+    ref = _t([-2.0, -2.0])
+    loss = PolicyLoss.Config(kl_coef=0.5, kl_estimator="k3").build()
+    out = _one_sequence(loss, logp, old_logprobs=logp.detach(), advantages=_t([0.0, 0.0]), ref_logprobs=ref)
+    out.loss.backward()
+    d = [1.0, -1.0]  # logp - ref
+    assert out.metrics["ref_kl_sum"].item() == pytest.approx(sum(math.exp(-x) - 1 + x for x in d))
+    assert logp.grad.tolist() == pytest.approx([0.5 * (1 - math.exp(-x)) / 2 for x in d])
+    assert logp.grad[0] > 0 > logp.grad[1]  # descent lowers the token above the reference, raises the one below
+
+
 @pytest.mark.parametrize(
-    ("field", "value", "needs"), [("tis_cap", 2.0, "proximal logprobs"), ("kl_coef", 0.1, "reference logprobs")]
+    ("overrides", "field"),
+    [({"kind": "sft", "tis_cap": 2.0}, "tis_cap"), ({"kl_coef": 0.1, "kl_estimator": "k1"}, "kl_estimator")],
 )
-def test_terms_the_trainer_cannot_feed_are_refused_at_config_time(field, value, needs):
-    with pytest.raises(ConfigError, match=f"'{field}': got {value} .*; expected .*{needs}, which the trainer does not") as error:
-        PolicyLoss.Config(**{field: value}).build()
+def test_tis_without_a_sampling_policy_and_a_zero_mean_kl_penalty_are_refused(overrides, field):
+    with pytest.raises(ConfigError) as error:
+        PolicyLoss.Config(**overrides).build()
     assert error.value.path == field
-    with pytest.raises(ConfigError, match=needs) as error:  # what a user of a recipe meets
-        load_recipe(f"{RECIPE}:small", [f"trainer.trainer.loss.{field}={value}"])
-    assert error.value.path == f"trainer.trainer.loss.{field}"
 
 
 @pytest.mark.parametrize(
     ("field", "value", "missing"),
     [
         ("opd_coef", 0.1, "teacher_logprobs"),
+        ("kl_coef", 0.1, "ref_logprobs"),
         ("entropy_coef", 0.1, "entropy"),
     ],
 )

@@ -108,12 +108,21 @@ def reference_token_logprobs(model, processor, tokens: np.ndarray, pixels: list[
 
 
 def reference_step(
-    model_path, work: Workload, loss_config: PolicyLoss.Config, *, lr: float, betas: tuple[float, float], max_grad_norm: float
+    model_path,
+    work: Workload,
+    loss_config: PolicyLoss.Config,
+    *,
+    lr: float,
+    betas: tuple[float, float],
+    max_grad_norm: float,
+    kl_reference=None,
 ) -> tuple[float, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Loss, every parameter's gradient, and the weights after clipping and one AdamW step, each
-    sequence forwarded on its own."""
+    sequence forwarded on its own; ``kl_reference``: the checkpoint whose logprobs the KL term
+    compares against."""
     processor = AutoProcessor.from_pretrained(model_path)
     model = family_of(model_path).load(model_path, dtype=torch.float64)
+    reference = None if kl_reference is None else family_of(kl_reference).load(kl_reference, dtype=torch.float64)
     loss_fn = loss_config.build()
     counts = [int(work.rows[m.key]["loss_mask"][1:].sum()) for m in work.metas]
     normaliser = Normaliser(tokens=sum(counts), sequences=sum(n > 0 for n in counts))
@@ -124,6 +133,9 @@ def reference_step(
         logits = model(**_vision(model, processor, row["token_ids"], pixels)).logits[0, :-1]  # (T-1, V)
         targets = torch.as_tensor(row["token_ids"][1:], dtype=torch.long)
         logprobs, entropy = token_logprobs_and_entropy(logits, targets)
+        ref_logprobs = None
+        if reference is not None:
+            ref_logprobs = torch.as_tensor(reference_token_logprobs(reference, processor, row["token_ids"], pixels)[1:])
         mask = torch.as_tensor(row["loss_mask"][1:])
         out = loss_fn(
             logprobs,
@@ -132,6 +144,7 @@ def reference_step(
             loss_mask=mask,
             seq_loss_tokens=torch.full(mask.shape, float(n), dtype=torch.float64) * mask,
             normaliser=normaliser,
+            ref_logprobs=ref_logprobs,
             entropy=entropy,
         )
         total = total + out.loss

@@ -100,6 +100,7 @@ def _config(fault: str, run_dir: Path, steps: int) -> Any:
 
 async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[str, Any]) -> None:
     from vlrl.control.driver import Driver
+    from vlrl.job.train_job import train_on
     from vlrl.pool.remote_errors import describe
     from vlrl.rollout.agent_loop import agent_loop_factory
 
@@ -116,8 +117,7 @@ async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[s
         for step in range(steps):
             if step == at_step:
                 injector = asyncio.get_running_loop().create_task(_inject(fault, s, judge, store, rng.uniform(0.1, 1.0)))
-            batch = await driver.next_batch(version)
-            await asyncio.to_thread(group.step, batch.sequences)
+            batch, _ = await train_on(await driver.next_batch(version), driver, group, version)
             driver.consumed(batch)
             await s.push_weights(group, version + 1)
             version += 1

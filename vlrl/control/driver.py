@@ -221,6 +221,14 @@ class Driver:
         book = self.book
         return book.rejected + book.dropped + book.failed + book.stale
 
+    def requeue(self, batch: Batch) -> None:
+        """The trainer could not read ``batch`` (a store shard died under it): its groups go back to
+        the front of their buffers, and the next ``next_batch`` fails those that lost payload and
+        yields the step again with the rest and fresh groups."""
+        for group in reversed(batch.groups):
+            self._buffer[group.source].appendleft(group)
+        self._step -= 1
+
     def consumed(self, batch: Batch) -> None:
         """The trainer is done with ``batch``: delete its keys (and images nobody needs any more)."""
         self._delete(batch.sequences)

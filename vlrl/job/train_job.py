@@ -45,12 +45,32 @@ from vlrl.job.run_folder import SUMMARY_FILE
 from vlrl.job.session import JobSession, RunState
 from vlrl.job.tracking import Tracking
 from vlrl.pool.tenant import TenantOutcome, lost_writers
-from vlrl.records import SeqMeta
+from vlrl.records import Batch, SeqMeta
 from vlrl.rollout.agent_loop import agent_loop_factory
 from vlrl.rollout.rollout_side import RolloutSide
 from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.train.loss import PolicyLoss
+from vlrl.train.trainer import StepInputsLost
 from vlrl.train.trainer_group import TrainerGroup
+
+STEP_INPUT_RETRIES = 3
+"""Times one RL step is run again on other groups when the trainer could not read its payload."""
+
+
+async def train_on(batch: Batch, driver: Driver, group: TrainerGroup, version: int) -> tuple[Batch, dict[str, float]]:
+    """One optimizer step on ``batch``. When the trainer could not read its payload (a store shard
+    died under it; no gradient was computed), the batch goes back to the driver, which fails the
+    groups that lost keys and yields the step again; returns the batch trained on and its metrics."""
+    retries = 0
+    while True:
+        try:
+            return batch, await asyncio.to_thread(group.step, batch.sequences)
+        except StepInputsLost:
+            retries += 1
+            if retries > STEP_INPUT_RETRIES:
+                raise
+            driver.requeue(batch)
+            batch = await driver.next_batch(version)
 
 
 class TrainJob:
@@ -280,7 +300,7 @@ class TrainJob:
         t0 = time.perf_counter()
         batch = await driver.next_batch(state.version)
         t1 = time.perf_counter()
-        metrics = await asyncio.to_thread(group.step, batch.sequences)
+        batch, metrics = await train_on(batch, driver, group, state.version)
         driver.consumed(batch)
         t2 = time.perf_counter()
         await s.push_weights(group, state.version + 1)

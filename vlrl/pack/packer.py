@@ -38,11 +38,16 @@ from vlrl.pack.packed import ImagePlacement, PackedWindow
 from vlrl.pack.plan import MicroBatch, Plan
 from vlrl.pack.window import WindowCut, cut_window
 from vlrl.records import SeqMeta
-from vlrl.store import PayloadStore
+from vlrl.store import PayloadStore, StoreError
 
 
 class PackError(RuntimeError):
-    """A TP group could not get its window; names the rank and micro-batch."""
+    """A TP group could not get its window; names the rank and micro-batch. ``payload_lost``: the
+    leader's cause was a store error (a key or shard gone), not a bug."""
+
+    def __init__(self, message: str, *, payload_lost: bool = False) -> None:
+        super().__init__(message)
+        self.payload_lost = payload_lost
 
 
 class SharedWindow(NamedTuple):
@@ -129,6 +134,14 @@ class TPGroupPacker:
         return self.plan.ranks[self.dp_rank][index]
 
 
+@dataclass(frozen=True, slots=True)
+class _LeaderFailure:
+    """What a TP leader that could not pack broadcasts instead of its window."""
+
+    text: str
+    payload_lost: bool
+
+
 class RankPacker:
     """What one training rank asks for its window: the TP leader packs and shares, the others map."""
 
@@ -158,20 +171,22 @@ class RankPacker:
 
     def _receive(self, micro_batch: int) -> SharedWindow:
         """The window the leader packs, or its error, broadcast to the whole TP group."""
-        message: list[SharedWindow | str | None] = [None]
+        message: list[SharedWindow | _LeaderFailure | None] = [None]
         failure = None
         if self._packer is not None:
             try:
                 message[0] = self._packer.publish(micro_batch)
             except Exception as error:
-                message[0], failure = f"{type(error).__name__}: {error}", error
+                message[0], failure = _LeaderFailure(f"{type(error).__name__}: {error}", isinstance(error, StoreError)), error
         if len(self.group_ranks) > 1:
             _dist().broadcast_object_list(message, src=self.leader, group=self._tp_group)
         if failure is not None:
             raise failure
-        if isinstance(message[0], str):
+        if isinstance(message[0], _LeaderFailure):
             raise PackError(
-                f"rank {self.rank}: TP leader rank {self.leader} failed to pack micro-batch {micro_batch}: {message[0]}"
+                f"rank {self.rank}: TP leader rank {self.leader} failed to pack micro-batch {micro_batch}:"
+                f" {message[0].text}",
+                payload_lost=message[0].payload_lost,
             )
         return message[0]
 

@@ -1,4 +1,5 @@
-"""The policy loss: clipped surrogate, on-policy distillation, entropy; TIS and KL math in waiting.
+"""The policy loss: clipped surrogate, truncated importance sampling, on-policy distillation, KL to a
+reference, entropy.
 
 Per token ``t`` of a window (all arrays ``(W,)``), with ``m_t`` the loss mask, ``A_t`` the
 advantage, ``logp_t`` the current policy's logprob of the sampled token (with grad), ``old_t`` the
@@ -30,17 +31,23 @@ instead makes ``teacher - old`` *the* advantage (clipped like any other): use on
 
     l_t = pg_t + opd_coef opd_t - entropy_coef H_t
 
-**Not wired yet: truncated importance sampling (TIS) and KL to a reference.** Both need logprobs
-the trainer does not compute (the sampled tokens' logprobs under the pre-step weights, ``prox_t``,
-and under a reference model, ``ref_t``), so ``PolicyLoss.Config`` refuses ``tis_cap`` and
-``kl_coef > 0``; their math lives in ``importance_weight`` and ``kl_estimate`` for the trainer
-that will. Engine and trainer kernels differ, so ``prox_t != old_t`` even at equal weights; TIS
-anchors the ratio at ``prox_t`` and re-weights the score-function terms (surrogate, OPD) towards
-the trainer's distribution, truncated to bound the variance rare mismatched tokens add::
+**Truncated importance sampling (TIS, decoupled PPO).** ``prox_t`` is the sampled token's logprob
+under the *proximal* policy, the trainer's weights before this update. The trainer takes one
+optimizer step per batch, so the proximal policy is the current forward's, ``prox_t = sg(logp_t)``,
+whatever policy version sampled the token. Engine and trainer kernels differ, and an asynchronous
+rollout may come from older weights, so ``prox_t != old_t``; TIS anchors the ratio at ``prox_t``
+(AReaL's decoupled objective) and re-weights the score-function terms (surrogate, OPD) from the
+behaviour policy to the proximal one, truncated to bound the variance rare mismatched tokens add::
 
-    w_t = min(exp(prox_t - old_t), tis_cap)          l_t = w_t pg_t + w_t opd_coef opd_t + ...
+    w_t = min(exp(prox_t - old_t), tis_cap)     r_t = exp(logp_t - prox_t)
+    l_t = w_t pg_t + w_t opd_coef opd_t + ...
 
-The KL penalty adds ``kl_coef k_t``, ``d_t = logp_t - ref_t``, one of Schulman's estimators::
+With one step per batch ``r_t`` is 1 in value (its gradient is ``grad logp_t``), so ``pg_t`` is the
+truncated importance-weighted policy gradient and the ratio clip does not bind.
+
+**KL to a reference** (``ref_t``: the sampled token's logprob under a frozen reference model, by
+default the weights the trainer started from) adds ``kl_coef k_t``, ``d_t = logp_t - ref_t``, one
+of Schulman's estimators::
 
     k1 = d_t            k2 = d_t^2 / 2            k3 = exp(-d_t) - 1 + d_t
 
@@ -130,17 +137,13 @@ def clipped_surrogate(
 
 
 def importance_weight(proximal_logprobs: Tensor, old_logprobs: Tensor, loss_mask: Tensor, cap: float) -> Tensor:
-    """TIS's ``w_t = min(exp(prox_t - old_t), cap)`` on loss tokens, 1 elsewhere, ``(W,)``.
-
-    Not called yet: the trainer computes no proximal logprobs (``PolicyLoss.Config.tis_cap``)."""
+    """TIS's ``w_t = min(exp(prox_t - old_t), cap)`` on loss tokens, 1 elsewhere, ``(W,)``, no grad."""
     gap = torch.where(loss_mask, proximal_logprobs - old_logprobs, 0.0)
     return gap.exp().clamp(max=cap)
 
 
 def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, loss_mask: Tensor, estimator: KLEstimator) -> Tensor:
-    """``k_t`` of ``d_t = logp_t - ref_t`` on loss tokens, 0 elsewhere, ``(W,)``, with grad through ``logprobs``.
-
-    Not called yet: the trainer computes no reference logprobs (``PolicyLoss.Config.kl_coef``)."""
+    """``k_t`` of ``d_t = logp_t - ref_t`` on loss tokens, 0 elsewhere, ``(W,)``, with grad through ``logprobs``."""
     d = torch.where(loss_mask, logprobs - ref_logprobs, 0.0)
     if estimator == "k1":
         return d
@@ -180,16 +183,17 @@ class PolicyLoss:
         """``c``: caps a negative-advantage token's loss at ``c |A|``; None for no cap."""
 
         tis_cap: Annotated[float, Gt(0)] | None = None
-        """Truncation of the importance weight ``exp(proximal - rollout)``. Only None for now: it
-        needs proximal logprobs, which the trainer does not compute yet."""
+        """Truncated importance sampling: the cap of ``exp(proximal - rollout)``, the weight that
+        moves each token's update from the policy that sampled it to the trainer's (2.0 is
+        common); None: the ratio against the rollout logprobs, clipped, as plain PPO."""
 
         kl_coef: Annotated[float, Ge(0)] = 0.0
-        """Weight of the KL-to-reference penalty. Only 0 for now: it needs reference logprobs,
-        which the trainer does not compute yet."""
+        """Weight of the KL-to-reference penalty (``Trainer.Config.reference`` is the reference;
+        the trainer then keeps a frozen copy of it and runs one more forward per micro-batch)."""
 
         kl_estimator: KLEstimator = "k3"
-        """Estimator of the KL to the reference on the sampled token, once ``kl_coef`` can be set:
-        ``k3`` (GRPO's) or ``k2``; ``k1``'s gradient has zero mean, so as a penalty it only adds noise."""
+        """Estimator of the KL to the reference on the sampled token: ``k3`` (GRPO's) or ``k2``;
+        ``k1``'s gradient has zero mean, so as a penalty it only adds noise."""
 
         opd_coef: Annotated[float, Ge(0)] = 0.0
         """Weight of the on-policy distillation term (reverse KL to the teacher); needs teacher
@@ -203,16 +207,12 @@ class PolicyLoss:
         """Weight of the entropy bonus; needs the per-token entropy when above 0."""
 
         def check(self) -> None:
-            if self.tis_cap is not None:
+            if self.kind == "sft" and self.tis_cap is not None:
+                raise ConfigError("tis_cap", self.tis_cap, "None for kind='sft': a demonstration has no sampling policy")
+            if self.kl_coef > 0 and self.kl_estimator == "k1":
                 raise ConfigError(
-                    "tis_cap", self.tis_cap,
-                    "None: truncated importance sampling needs proximal logprobs, which the trainer does not compute yet",
-                )  # fmt: skip
-            if self.kl_coef > 0:
-                raise ConfigError(
-                    "kl_coef", self.kl_coef,
-                    "0: the KL penalty needs reference logprobs, which the trainer does not compute yet",
-                )  # fmt: skip
+                    "kl_estimator", "k1", "'k2' or 'k3' when kl_coef > 0: k1's gradient has zero mean, a penalty of noise"
+                )
 
         def payload_fields(self) -> tuple[str, ...]:
             """The payload fields this loss reads: what the packer packs (``records.fields_for``)."""
@@ -238,6 +238,7 @@ class PolicyLoss:
         seq_loss_tokens: Tensor,
         normaliser: Normaliser,
         teacher_logprobs: Tensor | None = None,
+        ref_logprobs: Tensor | None = None,
         entropy: Tensor | None = None,
     ) -> LossOutput:
         """This window's share of the step's loss; every array is ``(W,)``.
@@ -245,12 +246,14 @@ class PolicyLoss:
         ``logprobs`` (with grad) and ``entropy`` come from ``token_logprobs_and_entropy``;
         ``old_logprobs`` are the rollout engine's and, with ``advantages``, needed by every kind but
         ``sft`` (a demonstration has no sampling policy: its ratio is 1); ``seq_loss_tokens`` is ``n_t``, counted over
-        the sequence's every shard. Padding and prompt tokens (``loss_mask`` False) add nothing
+        the sequence's every shard; ``ref_logprobs`` are the reference model's (no grad), needed
+        when ``kl_coef > 0``. Padding and prompt tokens (``loss_mask`` False) add nothing
         and get zero gradient, whatever their values: every input goes through ``where`` first.
         """
         self._check_inputs(
             logprobs, old_logprobs=old_logprobs, advantages=advantages, loss_mask=loss_mask,
-            seq_loss_tokens=seq_loss_tokens, teacher_logprobs=teacher_logprobs, entropy=entropy,
+            seq_loss_tokens=seq_loss_tokens, teacher_logprobs=teacher_logprobs, ref_logprobs=ref_logprobs,
+            entropy=entropy,
         )  # fmt: skip
         mask = loss_mask
         dtype = torch.promote_types(logprobs.dtype, torch.float32)
@@ -260,16 +263,28 @@ class PolicyLoss:
             return torch.where(mask, x.to(dtype), 0.0)
 
         logp = logprobs.to(dtype)
+        weight = None
         if self.config.kind == "sft":
             adv = log_ratio = torch.zeros_like(logp)
             ratio = torch.ones_like(logp)
             pg = on_loss(-logp)  # (W,) pg_t
         else:
             adv = on_loss(advantages)
-            log_ratio = on_loss(logp - old_logprobs.to(dtype))
+            log_ratio = on_loss(logp - old_logprobs.to(dtype))  # against the behaviour policy: metrics, and plain PPO
             ratio = log_ratio.exp()  # (W,) r_t, 1 off the mask
+            if self.config.tis_cap is not None:
+                weight = importance_weight(logp.detach(), old_logprobs.to(dtype), mask, self.config.tis_cap)  # (W,) w_t
+                ratio = on_loss(logp - logp.detach()).exp()  # (W,) r_t against the proximal policy: 1, with grad
             pg = self._surrogate(ratio, adv)  # (W,) pg_t
-        extra, sums = self._extra_terms(logp, ratio, on_loss, teacher_logprobs, entropy)
+        extra, sums = self._extra_terms(logp, ratio, on_loss, teacher_logprobs, entropy, weight)
+        if weight is not None:
+            pg = weight * pg
+            sums["tis_weight_sum"] = on_loss(weight)
+            sums["tis_truncated"] = mask & (weight >= self.config.tis_cap)
+        if ref_logprobs is not None:
+            kl = kl_estimate(logp, ref_logprobs.to(dtype), mask, self.config.kl_estimator)  # (W,) k_t
+            extra = extra + self.config.kl_coef * kl
+            sums["ref_kl_sum"] = kl
         n = torch.where(mask, seq_loss_tokens.to(dtype), 1.0)  # (W,) n_t, 1 off the mask
         loss = (step_weights(mask, n, normaliser, self.aggregation) * (pg + extra)).sum()
         return LossOutput(loss=loss, metrics=self._metrics(mask, n, pg, adv, ratio, log_ratio, sums))
@@ -285,14 +300,17 @@ class PolicyLoss:
         on_loss: Callable[[Tensor], Tensor],
         teacher_logprobs: Tensor | None,
         entropy: Tensor | None,
+        weight: Tensor | None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """``opd_coef opd_t - entropy_coef H_t`` ``(W,)``, and the per-token values summed as metrics."""
+        """``w_t opd_coef opd_t - entropy_coef H_t`` ``(W,)`` (``w_t`` the TIS weight, or 1), and the
+        per-token values summed as metrics."""
         cfg = self.config
         extra = torch.zeros_like(ratio)
         sums: dict[str, Tensor] = {}
         if teacher_logprobs is not None:
             reverse_kl = on_loss(logp - teacher_logprobs.to(logp.dtype))  # logp_t - teacher_t, a one-sample reverse KL
-            extra = extra + cfg.opd_coef * ratio * reverse_kl.detach()
+            opd = cfg.opd_coef * ratio * reverse_kl.detach()
+            extra = extra + (opd if weight is None else weight * opd)
             sums["opd_kl_sum"] = reverse_kl
         if entropy is not None:
             ent = on_loss(entropy)
@@ -336,6 +354,7 @@ class PolicyLoss:
             "old_logprobs": ("kind", cfg.kind != "sft"),
             "advantages": ("kind", cfg.kind != "sft"),
             "teacher_logprobs": ("opd_coef", cfg.opd_coef > 0),
+            "ref_logprobs": ("kl_coef", cfg.kl_coef > 0),
             "entropy": ("entropy_coef", cfg.entropy_coef > 0),
         }
         for name, (field_name, needed) in needs.items():

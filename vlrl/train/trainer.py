@@ -16,6 +16,7 @@ Non-finite losses and gradient norms stop every rank together with the micro-bat
 
 from __future__ import annotations
 
+import copy
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -33,10 +34,12 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from encoders.protocol import VisionEncoder
 from encoders.spec import ENCODER_DIR, STATE_PREFIX, EncoderSpec, ResolvedEncoder
 from vlrl.atomic import atomic_path, fsync
-from vlrl.config import Ge, Gt
+from vlrl.config import ConfigError, Ge, Gt
 from vlrl.pack import Layout, MicroBatchPlanner, PackedWindow, new_tp_group, packer_for_rank
 from vlrl.pack.packed import PAD_SEGMENT_ID
+from vlrl.pack.packer import PackError
 from vlrl.records import FIELDS, SeqMeta, pad_value
+from vlrl.store import StoreError
 from vlrl.train.checkpoint_io import TRAINER_FILE, load_sharded, load_trainer_file, save_trainer_file
 from vlrl.train.encode_step import StepEncoder
 from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss, token_logprobs_and_entropy
@@ -77,6 +80,17 @@ class Trainer:
         encoder: EncoderSpec | None = None
         """A plug-in vision encoder trained in place of the checkpoint's tower (None: the tower);
         the engines must use the same one (``EmbeddedEngine.Config.encoder``)."""
+        reference: str | None = None
+        """The frozen reference of the KL penalty (``loss.kl_coef > 0``), a checkpoint folder;
+        None: the weights this trainer was built from (in ``vlrl train``, the warm-start
+        checkpoint, or the base model without one), kept across resumes."""
+
+        def check(self) -> None:
+            if self.reference is not None and self.encoder is not None:
+                raise ConfigError(
+                    "reference", self.reference,
+                    "None with a plug-in encoder: the reference is then the starting weights, encoder included",
+                )  # fmt: skip
 
         def build(
             self, *, model_path: str, store: Any, layout: Layout, encoder: VisionEncoder | None = None
@@ -103,6 +117,7 @@ class Trainer:
         if encoder is None and config.encoder is not None:
             encoder = config.resolved_encoder(model_path).build(model_path)
         self.model = PolicyModel.load(model_path, dtype=DTYPES[config.dtype], encoder=encoder).to(self.device)
+        self.reference = self._reference() if config.loss.kl_coef > 0 else None
         self.model.parallelize(self.parallel)
         self.loss_fn = config.loss.build()
         self.planner = config.micro_batches.build()
@@ -115,6 +130,23 @@ class Trainer:
         self._encoder = StepEncoder(
             self.model.encoder, store, layout, self.parallel.rank, chunk_tokens=config.encode_chunk_tokens
         )
+        self._ref_encoder = None
+        if self.reference is not None:
+            self._ref_encoder = StepEncoder(
+                self.reference.encoder, store, layout, self.parallel.rank, chunk_tokens=config.encode_chunk_tokens
+            )
+
+    def _reference(self) -> PolicyModel:
+        """The frozen KL reference, sharded as the policy: the named checkpoint, or a copy of the
+        starting weights (taken before any step or checkpoint load)."""
+        if self.config.reference is None:
+            reference = copy.deepcopy(self.model)
+        else:
+            reference = PolicyModel.load(self.config.reference, dtype=DTYPES[self.config.dtype]).to(self.device)
+        reference.requires_grad_(False)
+        reference.eval()
+        reference.parallelize(self.parallel)
+        return reference
 
     @property
     def layout(self) -> Layout:
@@ -151,17 +183,35 @@ class Trainer:
         )
         inputs = []
         for i, mb in enumerate(plan.ranks[dp]):
-            window = packer.get(i) if mb.num_tokens else _pad_window(self.layout, fields)
+            window, failure = None, None
+            try:
+                window = packer.get(i) if mb.num_tokens else _pad_window(self.layout, fields)
+            except Exception as error:
+                failure = error
+            self._agree_inputs_read(failure, f"micro-batch {i}")
             inputs.append(micro_batch_inputs(
                 window, mb, self.layout, cp, tp, tables,
                 image_token_id=self.model.image_token_id, cp_group=self.parallel.cp_group,
             ))  # fmt: skip
             del window
+        images = step_images(plan, self.layout, by_key)
+        encoded = ref_encoded = failure = None
+        try:  # pixels are read here, on a background thread; no collective runs before ``embeddings``
+            encoded = self._encoder.encode(images)
+            if self._ref_encoder is not None:
+                with torch.no_grad():
+                    ref_encoded = self._ref_encoder.encode(images)
+        except Exception as error:
+            failure = error
+        self._agree_inputs_read(failure, "the step's images")
         normaliser = self._normaliser(inputs)
-        encoded = self._encoder.encode(step_images(plan, self.layout, by_key))
         sums: dict[str, torch.Tensor] = {}
         for i, mb_inputs in enumerate(inputs):
-            out = self._micro_batch(mb_inputs, encoded.embeddings(i), normaliser)
+            ref_rows = None
+            if ref_encoded is not None:
+                with torch.no_grad():
+                    ref_rows = ref_encoded.embeddings(i)
+            out = self._micro_batch(mb_inputs, encoded.embeddings(i), normaliser, ref_rows)
             self._check_finite(out.loss.detach(), f"micro-batch {i} of DP rank {dp} (rank {self.parallel.rank})")
             out.loss.backward()
             for name, value in out.metrics.items():
@@ -177,12 +227,31 @@ class Trainer:
         )
         return metrics
 
+    def _agree_inputs_read(self, failure: BaseException | None, what: str) -> None:
+        """Every rank learns whether any rank failed to read ``what`` from the store, before the
+        next collective, so that all stop together instead of waiting on one that stopped. A lost
+        payload (a store error) raises ``StepInputsLost`` on every rank, before any gradient was
+        computed: the caller may take the lost groups out and run the step again."""
+        code = 0 if failure is None else 1 if _payload_lost(failure) else 2
+        flag = torch.tensor([float(code)], dtype=torch.float64)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        worst = int(flag.item())
+        if worst == 1:
+            cause = f"{type(failure).__name__}: {failure}" if failure is not None else "on another rank"
+            raise StepInputsLost(f"rank {self.parallel.rank}: payload of {what} lost ({cause})") from failure
+        if worst == 2:
+            if failure is not None:
+                raise failure
+            raise RuntimeError(f"rank {self.parallel.rank}: another rank failed reading {what}; its error is in its log")
+
     def _sum(self, value: float) -> float:
         total = torch.tensor([float(value)], dtype=torch.float64)
         dist.all_reduce(total)
         return total.item()
 
-    def _micro_batch(self, inputs: MicroBatchInputs, image_rows: torch.Tensor, normaliser: Normaliser):
+    def _micro_batch(
+        self, inputs: MicroBatchInputs, image_rows: torch.Tensor, normaliser: Normaliser, ref_rows: torch.Tensor | None
+    ):
         if image_rows.shape[0] != len(inputs.image_index):
             raise ValueError(
                 f"rank {self.parallel.rank}: received {image_rows.shape[0]} image embedding rows for"
@@ -194,6 +263,14 @@ class Trainer:
             as_tensor(inputs.token_ids), as_tensor(inputs.mrope), mask, image_rows, as_tensor(inputs.image_index)
         )  # (S, V)
         logprobs, entropy = token_logprobs_and_entropy(logits, as_tensor(inputs.target_ids))
+        ref_logprobs = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_logits = self.reference(
+                    as_tensor(inputs.token_ids), as_tensor(inputs.mrope), mask, ref_rows, as_tensor(inputs.image_index)
+                )
+                ref_logprobs, _ = token_logprobs_and_entropy(ref_logits, as_tensor(inputs.target_ids))
+                del ref_logits
         return self.loss_fn(
             logprobs,
             old_logprobs=None if inputs.logprobs is None else as_tensor(inputs.logprobs),
@@ -202,6 +279,7 @@ class Trainer:
             seq_loss_tokens=as_tensor(inputs.seq_loss_tokens),
             normaliser=normaliser,
             teacher_logprobs=None if inputs.teacher_logprobs is None else as_tensor(inputs.teacher_logprobs),
+            ref_logprobs=ref_logprobs,
             entropy=entropy,
         )
 
@@ -262,9 +340,11 @@ class Trainer:
                 dist.all_reduce(value, op=dist.ReduceOp.MAX)
                 out[name] = value.item()
         tokens = max(out.get("tokens", 0.0), 1.0)
-        for name in ("pg_loss_sum", "approx_kl_sum", "entropy_sum", "opd_kl_sum", "ref_kl_sum"):
+        for name in ("pg_loss_sum", "approx_kl_sum", "entropy_sum", "opd_kl_sum", "ref_kl_sum", "tis_weight_sum"):
             if name in out:
                 out[name.removesuffix("_sum")] = out.pop(name) / tokens
+        if "tis_truncated" in out:
+            out["tis_truncated_frac"] = out.pop("tis_truncated") / tokens
         if "clipped_low" in out:
             out["clip_frac"] = (out.pop("clipped_low") + out.pop("clipped_high")) / tokens
         return out
@@ -321,6 +401,17 @@ class Trainer:
 
     def close(self) -> None:
         self._encoder.close()
+        if self._ref_encoder is not None:
+            self._ref_encoder.close()
+
+
+class StepInputsLost(RuntimeError):
+    """A step's payload could not be read on some rank (a key or store shard gone); raised on
+    every rank before any gradient, so the step can be run again without the lost groups."""
+
+
+def _payload_lost(error: BaseException) -> bool:
+    return isinstance(error, StoreError) or (isinstance(error, PackError) and error.payload_lost)
 
 
 def _pad_window(layout: Layout, fields: tuple[str, ...]) -> PackedWindow:

@@ -23,7 +23,7 @@ from encoders.spec import ResolvedEncoder
 from vlrl.config import ConfigError, Ge, Gt
 from vlrl.pack import Layout
 from vlrl.records import SeqMeta
-from vlrl.train.trainer import Trainer
+from vlrl.train.trainer import StepInputsLost, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -154,10 +154,20 @@ class TrainerGroup:
         self.parameters = ray.get(setups)[0]
 
     def step(self, metas: list[SeqMeta]) -> dict[str, float]:
-        """One optimizer step on ``metas`` (every rank gets the same metadata); rank 0's metrics."""
+        """One optimizer step on ``metas`` (every rank gets the same metadata); rank 0's metrics.
+        ``StepInputsLost`` when the ranks could not read the step's payload: every rank has then
+        stopped before any gradient, and the step may be run again on other sequences."""
         import ray
+        from ray.exceptions import RayTaskError
 
-        return ray.get([w.step.remote(list(metas)) for w in self.workers])[0]
+        refs = [w.step.remote(list(metas)) for w in self.workers]
+        try:
+            return ray.get(refs)[0]
+        except RayTaskError as error:
+            if not isinstance(error.cause, StepInputsLost):
+                raise
+            ray.wait(refs, num_returns=len(refs))  # every rank has left the step
+            raise error.cause from None
 
     def push_weights(self, engines: list[Any], version: int, keepers: Sequence[Any] = ()) -> None:
         """Rank 0's full weights to every engine as ``version``, through the object store.
