@@ -6,14 +6,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from vlrl.records import PIXELS, SeqMeta
+from vlrl.mm.image_rows import read_images
+from vlrl.records import SeqMeta
 
 
 def reference_logprobs(model, processor, store, meta: SeqMeta) -> np.ndarray:
     """``log p(ids[t] | ids[:t])`` for t >= 1 of ``meta``'s stored sequence, images included: (T - 1,)."""
     ids_array = store.get([meta.key], ["token_ids"])[meta.key]["token_ids"]
     ids = torch.as_tensor(np.array(ids_array), dtype=torch.long)[None]  # (1, T)
-    pixels = {m.store_key: store.get([m.store_key], [PIXELS])[m.store_key][PIXELS] for m in meta.images}
+    pixels = read_images(store, [m.store_key for m in meta.images])
     ordered = [np.array(pixels[meta.images[index].store_key]) for _, index in meta.image_offsets]
     vision = {}
     if ordered:

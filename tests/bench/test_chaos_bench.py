@@ -1,5 +1,5 @@
 """``vlrl bench chaos``: faults injected into the main job's training loop end as counted
-outcomes, with the books exact and no key left (four fault kinds here; the bench runs all)."""
+outcomes, with the books exact and no key left (five fault kinds here; the bench runs all)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("fault", ["env_host", "grader_hang", "harness_timeout", "hook_store_error"])
+@pytest.mark.parametrize("fault", ["env_host", "store_shard", "grader_hang", "harness_timeout", "hook_store_error"])
 def test_a_fault_in_the_training_loop_is_survived_counted_and_leaves_no_key(ray_session, fault):
     from vlrl.bench import chaos_bench
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vlrl.bench.train_bench import SIZES, WorkloadSpec, merge, parse_layout, summarise, write_workload
-from vlrl.records import PIXELS
+from vlrl.mm.image_rows import read_images
 from vlrl.store import LocalStore
 
 SPEC = WorkloadSpec(groups=3, members=4, max_turns=4, micro_batch_tokens=1024, seed=1)
@@ -29,7 +29,7 @@ def test_workload_is_deterministic_gui_trajectories(tiny_path):
         assert not row["loss_mask"][: meta.context_lengths[0]].any()  # the first prompt carries no loss
         assert len({(m.width, m.height) for m in meta.images}) == 1  # one device per trajectory
         for image in meta.images:
-            assert a.get([image.store_key], [PIXELS])[image.store_key][PIXELS].shape == (image.height, image.width, 3)
+            assert read_images(a, [image.store_key])[image.store_key].shape == (image.height, image.width, 3)
     for g in range(SPEC.groups):
         firsts = {m.images[0].content_hash for m in metas if m.group_id == f"g{g}"}
         assert len(firsts) == 1  # group members share the start screen

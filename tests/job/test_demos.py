@@ -11,7 +11,8 @@ from harnesses.desktop import DesktopHarness
 from vlrl.config import AgentBehaviour, DataSource, EnvSettings
 from vlrl.job.demos import DemoEpisode
 from vlrl.mm import patch_rule_of
-from vlrl.records import ADVANTAGES, PIXELS
+from vlrl.mm.image_rows import read_images
+from vlrl.records import ADVANTAGES
 from vlrl.rollout.agent_loop import LoopRuntime
 from vlrl.rollout.parsers import PARSERS
 from vlrl.store import LocalStore
@@ -80,7 +81,7 @@ def test_a_demonstration_is_one_sequence_whose_loss_tokens_are_the_written_reply
     numbers = [int(n) for n in reply.split("[")[1].split("]")[0].split(",")]
     assert all(n % 7 == 0 for n in numbers)  # the point grid
     (item,) = meta.images
-    assert runtime.store.get([item.store_key], fields=[PIXELS])[item.store_key][PIXELS].shape == (120, 160, 3)
+    assert read_images(runtime.store, [item.store_key])[item.store_key].shape == (120, 160, 3)
     screen = runtime.screen_map(160, 120)
     assert PARSERS["qwen25vl"].parse(reply, screen).kind == "click"
 

@@ -11,6 +11,7 @@ import pytest
 from tests.mm.images import noise_rgb
 from tests.records import seq_meta
 from vlrl.mm import ImageError, PatchRule, delete_sequences, describe_image, store_image
+from vlrl.mm.image_rows import read_images
 from vlrl.records import PIXELS
 from vlrl.store.local import LocalStore
 
@@ -27,7 +28,7 @@ def _bytes_written(store: LocalStore) -> int:
 
 
 def _stored_pixels(store: LocalStore, key: str) -> np.ndarray:
-    return store.get([key], [PIXELS])[key][PIXELS]
+    return read_images(store, [key])[key]
 
 
 def test_stores_pixels_under_the_content_key(store: LocalStore) -> None:
@@ -41,9 +42,10 @@ def test_stores_pixels_under_the_content_key(store: LocalStore) -> None:
 def test_same_content_is_stored_once(store: LocalStore) -> None:
     pixels = noise_rgb(6, 9)
     first = store_image(store, pixels, holder="seq/a")
+    written = _bytes_written(store)
     again = store_image(store, pixels.copy(), holder="seq/b")
     assert first == again
-    assert _bytes_written(store) == pixels.nbytes
+    assert 0 < written and _bytes_written(store) == written and store.stats().keys == 2  # the image and its tiles
 
 
 def test_distinct_content_gets_distinct_keys(store: LocalStore) -> None:
@@ -86,3 +88,11 @@ def test_non_canonical_pixels_are_refused_before_any_write(
     with pytest.raises(ImageError, match=r"^pixels: array .*; expected uint8 \[H, W, 3\] RGB"):
         store_image(store, pixels, holder="seq/a")
     assert _bytes_written(store) == 0
+
+
+def test_raw_pixels_when_tiles_are_off() -> None:
+    store = LocalStore(image_tile_px=None)
+    pixels = noise_rgb(6, 9)
+    meta = store_image(store, pixels, holder="seq/a")
+    assert store.get([meta.store_key], [PIXELS])[meta.store_key][PIXELS].tobytes() == pixels.tobytes()
+    assert _bytes_written(store) == pixels.nbytes

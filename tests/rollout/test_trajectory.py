@@ -49,7 +49,7 @@ def test_finish_writes_payload_once_and_images_once_per_hash():
     assert meta.context_lengths == (4, 9, 13) and meta.policy_version == 3 and meta.turns == 3
     assert meta.num_tokens == 14 and meta.num_response_tokens == 4
     assert meta.images[0].num_tokens == RULE.num_tokens(84, 56)
-    assert store.stats().keys == 3  # one sequence + two unique images
+    assert store.stats().keys == 5  # one sequence + two unique images, each with its pack of tiles
     assert store.contains([image_store_key(screen_a.content_hash)]) == [True]
 
 

@@ -50,7 +50,7 @@ def _finish(trajectory: Trajectory, store, reward: float = 1.0):
     )
 
 
-@pytest.mark.parametrize("fail_at", [1, 2, 3, 4])  # writes: image 1, k/0, image 2, k/1
+@pytest.mark.parametrize("fail_at", [1, 2, 3, 4, 5, 6])  # writes: pack 1, image 1, k/0, pack 2, image 2, k/1
 def test_a_failed_write_midway_leaves_no_key_and_no_image_reference(fail_at):
     store = FailingWrites(fail_at)
     with pytest.raises(StoreTimeoutError):
@@ -61,7 +61,7 @@ def test_a_failed_write_midway_leaves_no_key_and_no_image_reference(fail_at):
 def test_a_failed_write_drops_only_this_trajectorys_reference_to_a_shared_image():
     store = FailingWrites(fail_at=0)
     first = _finish(_two_sequences(), store)  # holds one reference to each image
-    store.fail_at = store.writes + 4  # the second trajectory's last sequence
+    store.fail_at = store.writes + 2  # the second trajectory's last sequence (its images are there: no writes)
     with pytest.raises(StoreTimeoutError):
         trajectory = _two_sequences()
         trajectory.trajectory_id = "u"
@@ -69,9 +69,10 @@ def test_a_failed_write_drops_only_this_trajectorys_reference_to_a_shared_image(
             store, key="u", group_id="g", source="s", sample_index=1, reward=1.0, success=True, finish="done",
             patch_rule=RULE,
         )
-    assert store.stats().keys == 4  # the first trajectory's two sequences and two images
+    assert store.stats().keys == 6  # the first trajectory's two sequences, two images and their tile packs
     refs = image_refs(first)
     assert store.release(refs) == [key for key, _ in refs]  # the first trajectory held their last references
+    assert store.stats().keys == 2  # the packs went with the images that held them
 
 
 def test_a_nan_reward_is_refused_before_anything_is_written():

@@ -62,6 +62,11 @@ BENCHMARKS: dict[str, Benchmark] = {
             "vlrl.bench.chaos_bench",
         ),
         Benchmark(
+            "tiles",
+            "screenshots stored as content-addressed tiles on real trajectories: bytes vs raw and PNG, fetch vs PNG decode",
+            "vlrl.bench.tiles_bench",
+        ),
+        Benchmark(
             "xdesktop",
             "a real X desktop instance per task family: reset, step, RSS; a reused instance vs one per episode",
             "vlrl.bench.xdesktop_bench",

@@ -51,6 +51,10 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("books_exact", "runs whose group books balanced after every step"),
         ("keys_left", "store keys left after close, all runs together (0: nothing leaked)"),
     ),
+    "tiles": (
+        ("stored_over_png*", "bytes the store holds as tiles / one PNG per distinct image"),
+        ("fetch_over_png_decode*", "fetching one image from the store / decoding its PNG (median)"),
+    ),
     "xdesktop": (
         ("*warm_over_cold", "reset of a reused instance / a new instance per episode (lower is better)"),
         ("*rss_mb*", "MB resident per instance (X server, window manager, apps)"),

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from vlrl.records import LOSS_MASK, PIXELS, TEACHER_LOGPROBS, TOKEN_IDS, MMItemMeta, SeqMeta
+from vlrl.mm.image_rows import read_images
+from vlrl.records import LOSS_MASK, TEACHER_LOGPROBS, TOKEN_IDS, MMItemMeta, SeqMeta
 
 ImageOccurrence = tuple[MMItemMeta, "np.ndarray | None"]
 """One image of a sequence in order of appearance: its metadata, and its pixels at the image's
@@ -52,12 +53,12 @@ class TeacherScorer:
     def _inputs(self, meta: SeqMeta) -> tuple[np.ndarray, np.ndarray, list[ImageOccurrence]]:
         row = self.store.get([meta.key], [TOKEN_IDS, LOSS_MASK])[meta.key]
         keys = list(dict.fromkeys(item.store_key for item in meta.images))
-        pixels = self.store.get(keys, [PIXELS]) if keys else {}
+        pixels = read_images(self.store, keys)
         sent: set[str] = set()
         images: list[ImageOccurrence] = []
         for _, index in meta.image_offsets:
             item = meta.images[index]
             first = item.content_hash not in sent
             sent.add(item.content_hash)
-            images.append((item, pixels[item.store_key][PIXELS] if first else None))
+            images.append((item, pixels[item.store_key] if first else None))
         return row[TOKEN_IDS], row[LOSS_MASK], images

@@ -22,10 +22,11 @@ from vlrl.config import DataSource, Ge
 from vlrl.harness import Action
 from vlrl.job.progress import Progress
 from vlrl.mm import PatchRule, delete_sequences
+from vlrl.mm.image_rows import read_images
 from vlrl.pool.episode import ScriptedEpisode
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import lost_writers
-from vlrl.records import LOSS_MASK, PIXELS, TOKEN_IDS, SeqMeta
+from vlrl.records import LOSS_MASK, TOKEN_IDS, SeqMeta
 from vlrl.rollout.agent_loop import AgentLoop
 from vlrl.rollout.parsers import PARSERS, ParseError, ScreenMap
 
@@ -241,10 +242,10 @@ def annotate(store: Any, meta: SeqMeta, annotator: Annotator, action_format: str
     row = store.get([meta.key], fields=[TOKEN_IDS, LOSS_MASK])[meta.key]
     answers = _answers(row[TOKEN_IDS], row[LOSS_MASK])
     keys = [meta.images[index].store_key for _, index in meta.image_offsets]
-    pixels = store.get(sorted(set(keys)), fields=[PIXELS])
+    pixels = read_images(store, keys)
     panels = []
     for turn, key in enumerate(keys):
-        shot = pixels[key][PIXELS]
+        shot = pixels[key]
         height, width = shot.shape[:2]
         scale = max(1, 320 // width)
         image = Image.fromarray(shot).resize((width * scale, height * scale), Image.NEAREST)

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vlrl.mm.canonical import require_canonical
+from vlrl.mm.image_rows import ImageWriter
 from vlrl.mm.item import describe_image
 from vlrl.mm.patch_grid import PatchRule
-from vlrl.records import PIXELS, MMItemMeta, SeqMeta
+from vlrl.records import MMItemMeta, SeqMeta
 
 if TYPE_CHECKING:
     from vlrl.store import PayloadStore
@@ -30,7 +31,7 @@ def store_image(store: PayloadStore, pixels: np.ndarray, *, holder: str, rule: P
     ``holder`` (the key of the sequence that will name the image)."""
     pixels = require_canonical(pixels)
     meta = describe_image(pixels, rule=rule)
-    store.put_shared(meta.store_key, {PIXELS: pixels}, holder=holder)
+    ImageWriter(store).put(store, meta, pixels, holder=holder)
     return meta
 
 

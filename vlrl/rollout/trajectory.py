@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from vlrl.mm import PatchRule, describe_image, require_canonical
-from vlrl.records import EXTRA_PREFIX, FIELDS, LOGPROBS, LOSS_MASK, PIXELS, TOKEN_IDS, Finish, SeqMeta
+from vlrl.mm.image_rows import ImageWriter
+from vlrl.records import EXTRA_PREFIX, FIELDS, LOGPROBS, LOSS_MASK, TOKEN_IDS, Finish, SeqMeta
 from vlrl.rollout.chat import Segment
 from vlrl.rollout.client import ContextImage
 from vlrl.rollout.protocol import GenerateResult
@@ -143,10 +144,15 @@ class Trajectory:
         ]
         if ledger is None:
             ledger = WriteLedger(f"trajectory {self.trajectory_id}")
+        images = ImageWriter(store)
         try:
             for write in writes:
                 for item, pixels in zip(write.meta.images, write.pixels):
-                    ledger.put_shared(store, item.store_key, {PIXELS: pixels}, holder=write.meta.key)
+                    holder = write.meta.key
+                    ledger.hold(  # called at once: the loop's variables are bound
+                        store, item.store_key, holder,
+                        lambda writer: images.put(store, item, pixels, holder=holder, writer=writer),  # noqa: B023
+                    )  # fmt: skip
                 ledger.put(store, write.meta.key, write.payload)
         except BaseException as error:
             try:
@@ -188,3 +194,4 @@ class _SequenceWrite:
             **labels,
         )
         return _SequenceWrite(meta, payload, pixels)
+

@@ -35,7 +35,7 @@ import numpy as np
 
 from vlrl.store.errors import DuplicateWriteError, PayloadTypeError, StoreError
 from vlrl.store.fields import FieldSpec, as_payload_array, check_range, spec_for
-from vlrl.store.index import StoreStats
+from vlrl.store.index import HELD, NewKey, StoreStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,10 @@ class PayloadStore(Protocol):
     def schema(self, key: str) -> dict[str, FieldSpec]: ...
     def contains(self, keys: Sequence[str]) -> list[bool]: ...
     def delete(self, keys: Sequence[str], *, missing_ok: bool = False) -> None: ...
-    def put_shared(self, key: str, fields: Mapping[str, Any], *, holder: str, writer: str | None = None) -> bool: ...
+    def put_shared(
+        self, key: str, fields: Mapping[str, Any], *, holder: str, writer: str | None = None, holds: Sequence[str] = ()
+    ) -> bool: ...
+    def share(self, keys: Sequence[str], holder: str, *, writer: str | None = None) -> list[bool]: ...
     def release(self, refs: Sequence[tuple[str, str]]) -> list[str]: ...
     def holds(self, refs: Sequence[tuple[str, str]]) -> list[bool]: ...
     def take_back(self, writers: Sequence[str]) -> list[str]: ...
@@ -81,8 +84,10 @@ class RangeRead:
 class IndexedStore(ABC):
     """Validation, write-once bookkeeping and I/O accounting over a key index."""
 
-    def __init__(self, chunk_rows: int) -> None:
+    def __init__(self, chunk_rows: int, image_tile_px: int | None = None) -> None:
         self._chunk_rows = chunk_rows
+        self.image_tile_px = image_tile_px
+        """How the store's writers lay out screenshots (``mm.image_rows``); None: raw pixels."""
         self._io_lock = threading.Lock()
         self._io = IOStats()
 
@@ -109,7 +114,7 @@ class IndexedStore(ABC):
     # -- public API --------------------------------------------------------------------------
 
     def put(self, key: str, fields: Mapping[str, Any], *, writer: str | None = None) -> None:
-        self._write(key, fields, new_key=True, writer=writer)
+        self._write(key, fields, new_key=True, refs=NewKey(writer=writer))
 
     def add_fields(self, key: str, fields: Mapping[str, Any]) -> None:
         self._write(key, fields, new_key=False)
@@ -141,29 +146,38 @@ class IndexedStore(ABC):
     def delete(self, keys: Sequence[str], *, missing_ok: bool = False) -> None:
         keys = _check_keys(keys)
         dropped = self._index("delete", keys, missing_ok=missing_ok)
-        self._free(dropped, keys)
+        self._dropped(dropped, keys)
 
-    def put_shared(self, key: str, fields: Mapping[str, Any], *, holder: str, writer: str | None = None) -> bool:
+    def put_shared(
+        self, key: str, fields: Mapping[str, Any], *, holder: str, writer: str | None = None, holds: Sequence[str] = ()
+    ) -> bool:
         """Write ``key`` if absent, else take one more reference to it, for ``holder``; True when
         this call wrote it. Every call is matched by one ``release`` of ``(key, holder)``. Only
-        absent keys send their bytes."""
+        absent keys send their bytes. ``holds``: keys the new key holds one reference to each,
+        already taken with ``key`` as their holder; released when ``key`` goes (not taken over
+        when ``key`` was there already: the caller then drops them)."""
         (key, holder) = _check_keys([key, holder])
         if self._index("share", [key], holder, writer)[0]:
             return False
         try:
-            self._write(key, fields, new_key=True, holder=holder, writer=writer)
+            self._write(key, fields, new_key=True, refs=NewKey(holder, writer, tuple(_check_keys(list(holds)))))
             return True
         except DuplicateWriteError:  # another writer got there between share and put
             if self._index("share", [key], holder, writer)[0]:
                 return False
             raise
 
+    def share(self, keys: Sequence[str], holder: str, *, writer: str | None = None) -> list[bool]:
+        """One more reference for ``holder`` to each key that exists (True), none to an absent one
+        (False); every True is matched by one ``release`` of ``(key, holder)``."""
+        return self._index("share", _check_keys(keys), _check_keys([holder])[0], writer)
+
     def release(self, refs: Sequence[tuple[str, str]]) -> list[str]:
         """Drop one reference per ``(key, holder)``; return the keys this deleted (their last went)."""
         refs = _check_refs(refs)
         dropped = self._index("release", refs)
         freed = [key for (key, _), row in zip(refs, dropped) if row is not None]
-        self._free([row for row in dropped if row is not None], freed)
+        self._dropped([row for row in dropped if row is not None], freed)
         return freed
 
     def holds(self, refs: Sequence[tuple[str, str]]) -> list[bool]:
@@ -176,7 +190,7 @@ class IndexedStore(ABC):
         holds them: the undo of a writer that died before it could undo its own writes (a loop
         host killed under its tenants). Returns the keys this deleted."""
         pairs = self._index("take_back", _check_keys(writers))
-        self._free([row for _, row in pairs], [key for key, _ in pairs])
+        self._dropped([row for _, row in pairs], [key for key, _ in pairs])
         return [key for key, _ in pairs]
 
     def stats(self) -> StoreStats:
@@ -191,15 +205,25 @@ class IndexedStore(ABC):
 
     # -- shared machinery --------------------------------------------------------------------
 
-    def _write(
-        self, key: str, fields: Mapping[str, Any], *, new_key: bool, holder: str | None = None, writer: str | None = None
-    ) -> None:
+    def _dropped(self, rows: list[dict[str, Any]], keys: list[str]) -> None:
+        """Free the storage of keys the index deleted, then drop the references they held (which
+        may delete further keys: an image's tile packs)."""
+        while keys:
+            held = [(child, parent) for parent, row in zip(keys, rows) for child in row.pop(HELD, (None, ()))[1]]
+            self._free(rows, keys)
+            if not held:
+                return
+            released = self._index("release_held", held)
+            keys = [key for (key, _), row in zip(held, released) if row is not None]
+            rows = [row for row in released if row is not None]
+
+    def _write(self, key: str, fields: Mapping[str, Any], *, new_key: bool, refs: NewKey | None = None) -> None:
         (key,) = _check_keys([key])
         if not isinstance(fields, Mapping) or not fields:
             raise PayloadTypeError(f"store key {key!r}: fields must be a non-empty mapping of name -> array")
         arrays = {name: as_payload_array(key, name, value) for name, value in fields.items()}
         specs = {name: spec_for(array, self._chunk_rows) for name, array in arrays.items()}
-        self._store_fields(key, arrays, specs, new_key=new_key, holder=holder, writer=writer)
+        self._store_fields(key, arrays, specs, new_key=new_key, refs=refs)
         self._count(written=sum(a.nbytes for a in arrays.values()))
 
     def _store_fields(
@@ -209,11 +233,10 @@ class IndexedStore(ABC):
         specs: dict[str, FieldSpec],
         *,
         new_key: bool,
-        holder: str | None,
-        writer: str | None,
+        refs: NewKey | None,
     ) -> None:
         """Reserve the names, write the data, commit; a failed write releases the names."""
-        self._index("reserve", key, specs, new_key=new_key, holder=holder, writer=writer)
+        self._index("reserve", key, specs, new_key=new_key, refs=refs)
         try:
             handles = self._write_fields(key, arrays, specs)
         except BaseException:

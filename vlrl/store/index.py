@@ -24,6 +24,21 @@ class StoreStats:
     bytes: int
 
 
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    """How a key being written is held: its first reference is ``holder``'s (None: the key's own,
+    a plain ``put``), taken by ``writer``; ``holds`` are keys this one holds a reference to each
+    (taken, with this key as holder, before it was written), dropped when it goes."""
+
+    holder: str | None = None
+    writer: str | None = None
+    holds: tuple[str, ...] = ()
+
+
+HELD = "__holds__"
+"""Where a deleted key's row names the keys it held, for the store to release them in turn."""
+
+
 @dataclass(slots=True)
 class _Entry:
     spec: FieldSpec
@@ -55,15 +70,13 @@ class KeyIndex:
         self._holders: dict[str, Counter[str]] = {}
         self._writer_of: dict[str, str] = {}  # put key -> its writer
         self._ref_writers: dict[tuple[str, str], Counter[str]] = {}  # (key, holder) -> writers of its references
+        self._holds: dict[str, tuple[str, ...]] = {}  # key -> the keys it holds
         self._bytes = 0
         self.successor = successor
 
-    def reserve(
-        self, key: str, specs: dict[str, FieldSpec], *, new_key: bool, holder: str | None = None, writer: str | None = None
-    ) -> None:
+    def reserve(self, key: str, specs: dict[str, FieldSpec], *, new_key: bool, refs: NewKey | None = None) -> None:
         """Claim ``specs`` under ``key``; ``new_key`` distinguishes ``put`` from ``add_fields``, and
-        a new key's first reference is ``holder``'s (the key's own for a plain ``put``), taken by
-        ``writer``."""
+        ``refs`` says how a new key is held (by itself, when None)."""
         row = self._rows.get(key)
         if new_key and row is not None:
             raise DuplicateWriteError(
@@ -80,11 +93,15 @@ class KeyIndex:
         for name, spec in specs.items():
             row[name] = _Entry(spec)
         if new_key:
-            self._holders[key] = Counter({key if holder is None else holder: 1})
-            if writer is not None and holder is None:
-                self._writer_of[key] = writer
-            elif writer is not None:
-                self._ref_writers.setdefault((key, holder), Counter())[writer] += 1
+            refs = refs or NewKey()
+            holder = key if refs.holder is None else refs.holder
+            self._holders[key] = Counter({holder: 1})
+            if refs.writer is not None and refs.holder is None:
+                self._writer_of[key] = refs.writer
+            elif refs.writer is not None:
+                self._ref_writers.setdefault((key, holder), Counter())[refs.writer] += 1
+            if refs.holds:
+                self._holds[key] = tuple(refs.holds)
 
     def commit(self, key: str, handles: dict[str, Any]) -> None:
         row = self._rows[key]
@@ -180,6 +197,11 @@ class KeyIndex:
             )
         return self._release(refs)
 
+    def release_held(self, refs: list[tuple[str, str]]) -> list[dict[str, tuple[FieldSpec, Any]] | None]:
+        """``release`` of the references still held, skipping the others: what a deleted key held
+        (its writer's ``take_back`` may have dropped them already)."""
+        return self._release(refs)
+
     def _release(self, refs: list[tuple[str, str]]) -> list[dict[str, tuple[FieldSpec, Any]] | None]:
         """``release`` without the check: a reference not held is skipped (lost, or taken back)."""
         out: list[dict[str, tuple[FieldSpec, Any]] | None] = []
@@ -204,15 +226,20 @@ class KeyIndex:
 
     def _drop(self, key: str) -> dict[str, tuple[FieldSpec, Any]]:
         row = self._rows.pop(key, {})
+        held = self._holds.pop(key, ())
         self._forget(key)
         self._bytes -= sum(e.spec.nbytes for e in row.values() if e.committed)
-        return {n: (e.spec, e.handles) for n, e in row.items() if e.committed}
+        out: dict[str, Any] = {n: (e.spec, e.handles) for n, e in row.items() if e.committed}
+        if held:
+            out[HELD] = (None, held)
+        return out
 
     def _forget(self, key: str) -> None:
         """Drop the holders and writer records of a key that is gone."""
         for holder in self._holders.pop(key, {}):
             self._ref_writers.pop((key, holder), None)
         self._writer_of.pop(key, None)
+        self._holds.pop(key, None)
 
     def stats(self) -> StoreStats:
         return StoreStats(keys=sum(self.contains(list(self._rows))), bytes=self._bytes)

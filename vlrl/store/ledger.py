@@ -13,10 +13,12 @@ undoes them from anywhere.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from vlrl.store.errors import WritesTakenBackError
+
+T = TypeVar("T")
 
 
 class WriteLedger:
@@ -34,10 +36,15 @@ class WriteLedger:
         self._record(store, key, None)
 
     def put_shared(self, store: Any, key: str, fields: Mapping[str, Any], *, holder: str) -> bool:
+        return self.hold(store, key, holder, lambda writer: store.put_shared(key, fields, holder=holder, writer=writer))
+
+    def hold(self, store: Any, key: str, holder: str, take: Callable[[str | None], T]) -> T:
+        """The reference to ``key`` for ``holder`` that ``take(writer)`` takes (writing the key if it
+        is absent, however it writes it), kept to be dropped at ``take_back``."""
         self._check()
-        wrote = store.put_shared(key, fields, holder=holder, writer=self.writer)
+        result = take(self.writer)
         self._record(store, key, holder)
-        return wrote
+        return result
 
     def take_back(self) -> None:
         """Delete the keys written and drop the references taken so far; refuse later writes."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from vlrl.config import Ge
 from vlrl.store.base import IndexedStore, RangeRead
 from vlrl.store.errors import StoreError
 from vlrl.store.fields import FieldSpec
@@ -23,11 +24,16 @@ class LocalStore(IndexedStore):
     class Config:
         """An in-process store: nothing leaves the process that holds it."""
 
-        def build(self) -> LocalStore:
-            return LocalStore()
+        image_tile_px: Annotated[int, Ge(16)] | None = 64
+        """Screenshots are stored as content-addressed tiles of this side, each distinct tile once
+        and compressed (``mm.image_rows``): a screen that changed in a few places costs only those
+        tiles. None: every distinct image as whole raw pixels."""
 
-    def __init__(self) -> None:
-        super().__init__(chunk_rows=1 << 62)
+        def build(self) -> LocalStore:
+            return LocalStore(image_tile_px=self.image_tile_px)
+
+    def __init__(self, *, image_tile_px: int | None = 64) -> None:
+        super().__init__(chunk_rows=1 << 62, image_tile_px=image_tile_px)
         self._lock = threading.Lock()
         self._keys = KeyIndex()
 

@@ -28,6 +28,7 @@ from vlrl.config import Ge, Gt, NonEmpty
 from vlrl.store.base import IndexedStore, RangeRead
 from vlrl.store.errors import StoreStartupError
 from vlrl.store.fields import FieldSpec, join_chunks, split_chunks
+from vlrl.store.index import NewKey
 from vlrl.store.remote_index import ShardedIndex
 
 
@@ -49,6 +50,11 @@ class RayStore(IndexedStore):
         call_timeout_s: Annotated[float, Gt(0)] = 60.0
         """Longest wait for one shard call or payload read before ``StoreTimeoutError``."""
 
+        image_tile_px: Annotated[int, Ge(16)] | None = 64
+        """Screenshots are stored as content-addressed tiles of this side, each distinct tile once
+        and compressed (``mm.image_rows``): a screen that changed in a few places costs only those
+        tiles. None: every distinct image as whole raw pixels."""
+
         def build(self) -> RayStore:
             if not ray.is_initialized():
                 raise StoreStartupError("RayStore needs a running Ray: call ray.init() (or ray.init(address=...))")
@@ -58,7 +64,7 @@ class RayStore(IndexedStore):
             return RayStore(self, index)
 
     def __init__(self, config: RayStore.Config, index: ShardedIndex) -> None:
-        super().__init__(chunk_rows=config.chunk_rows)
+        super().__init__(chunk_rows=config.chunk_rows, image_tile_px=config.image_tile_px)
         self._config = config
         self._shards = index
 
@@ -79,17 +85,20 @@ class RayStore(IndexedStore):
         specs: dict[str, FieldSpec],
         *,
         new_key: bool,
-        holder: str | None,
-        writer: str | None,
+        refs: NewKey | None,
     ) -> None:
         chunks = {name: split_chunks(array, specs[name]) for name, array in arrays.items()}
-        self._shards.write(key, specs, chunks, new_key, holder, writer)
+        self._shards.write(key, specs, chunks, new_key, refs)
 
     def _read_ranges(self, reads: list[RangeRead]) -> list[np.ndarray]:
         wanted = [read.spec.chunks_overlapping(read.start, read.stop) for read in reads]
-        refs = [read.handles[i] for read, ids in zip(reads, wanted) for i in ids]
+        handles = [read.handles[i] for read, ids in zip(reads, wanted) for i in ids]
         owners = [self._shards.position(read.key) for read, ids in zip(reads, wanted) for _ in ids]
-        chunks = iter(self._shards.get(refs, owners))
+        remote = [i for i, h in enumerate(handles) if isinstance(h, ray.ObjectRef)]  # others came inline
+        fetched = self._shards.get([handles[i] for i in remote], [owners[i] for i in remote]) if remote else []
+        for i, array in zip(remote, fetched):
+            handles[i] = array
+        chunks = iter(handles)
         out = []
         moved = 0
         for read, ids in zip(reads, wanted):

@@ -29,9 +29,12 @@ from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
 from vlrl.store.errors import ShardLostError, StoreError, StoreTimeoutError
 from vlrl.store.fields import FieldSpec
-from vlrl.store.index import KeyIndex, StoreStats
+from vlrl.store.index import KeyIndex, NewKey, StoreStats
 
 RAY_NAMESPACE = "vlrl"
+INLINE_BYTES = 4096
+"""Chunks this small (an image manifest, a reward) are kept in the shard, not as Ray objects:
+a Ray object costs a round trip to its owner to read, more than the bytes themselves."""
 
 
 @ray.remote(num_cpus=0, max_concurrency=8, max_restarts=-1)
@@ -53,16 +56,18 @@ class StoreShard:
             return False, error
 
     def write(
-        self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, *names: str | None
+        self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, refs: NewKey | None
     ) -> tuple[bool, Any]:
-        """Reserve, ``ray.put`` every chunk (so this actor owns it), then commit; ``names`` are the
-        new key's holder and writer."""
-        holder, writer = names
-        ok, error = self.call("reserve", (key, specs), {"new_key": new_key, "holder": holder, "writer": writer})
+        """Reserve, ``ray.put`` every chunk (so this actor owns it), then commit. A chunk of at most
+        ``INLINE_BYTES`` stays in the index itself: a read gets it with the lookup, no object fetch."""
+        ok, error = self.call("reserve", (key, specs), {"new_key": new_key, "refs": refs})
         if not ok:
             return ok, error
         try:
-            refs = {name: [ray.put(chunk) for chunk in parts] for name, parts in chunks.items()}
+            refs = {
+                name: [chunk if chunk.nbytes <= INLINE_BYTES else ray.put(chunk) for chunk in parts]
+                for name, parts in chunks.items()
+            }
         except BaseException:
             self.call("abort", (key, list(specs)), {})
             raise
@@ -91,7 +96,7 @@ class ShardedIndex:
             return [pair for position in range(len(self._shards)) for pair in self._ask(position, method, *args)]
         if method in ("lookup", "contains", "share"):  # a key's repeats all go to its one shard
             return self._scatter(method, args[0], *args[1:], **kwargs)
-        if method in ("holds", "release"):  # (key, holder) pairs, each to its key's shard
+        if method in ("holds", "release", "release_held"):  # (key, holder) pairs, each to its key's shard
             return self._scatter(method, args[0], key_of=lambda ref: ref[0])
         if method == "delete":
             keys = args[0]
@@ -101,10 +106,10 @@ class ShardedIndex:
         return self._ask(self.position(args[0]), method, *args, **kwargs)
 
     def write(
-        self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, *names: str | None
+        self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, refs: NewKey | None
     ) -> None:
         position = self.position(key)
-        ok, value = self.get(self._shards[position].write.remote(key, specs, chunks, new_key, *names), position)
+        ok, value = self.get(self._shards[position].write.remote(key, specs, chunks, new_key, refs), position)
         if not ok:
             raise value
 

@@ -63,11 +63,16 @@ class TransferQueueStore(IndexedStore):
         startup_timeout_s: Annotated[float, Gt(0)] = 60.0
         """Seconds to wait for TransferQueue to start before failing with an error."""
 
+        image_tile_px: Annotated[int, Ge(16)] | None = 64
+        """Screenshots are stored as content-addressed tiles of this side, each distinct tile once
+        and compressed (``mm.image_rows``): a screen that changed in a few places costs only those
+        tiles. None: every distinct image as whole raw pixels."""
+
         def build(self) -> TransferQueueStore:
             return TransferQueueStore.connect(self)
 
     def __init__(self, config: TransferQueueStore.Config, index: ShardedIndex) -> None:
-        super().__init__(chunk_rows=config.chunk_rows)
+        super().__init__(chunk_rows=config.chunk_rows, image_tile_px=config.image_tile_px)
         self._config = config
         self._shards = index
         self._tq: Any = None

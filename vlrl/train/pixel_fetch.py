@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from vlrl.records import PIXELS, image_store_key
+from vlrl.mm.image_rows import read_images
+from vlrl.records import image_store_key
 from vlrl.store.errors import KeyMissingError
 
 
@@ -20,5 +21,5 @@ def fetch_pixels(store: Any, hashes: list[str], *, rank: int) -> list[np.ndarray
     missing = [h for h, ok in zip(hashes, present) if not ok]
     if missing:
         raise KeyMissingError(f"rank {rank}: pixels of image(s) {missing[:3]} are not in the store (keys {keys[:1]}...)")
-    rows = store.get(keys, [PIXELS])
-    return [rows[key][PIXELS] for key in keys]
+    pixels = read_images(store, keys)
+    return [pixels[key] for key in keys]

@@ -1,0 +1,24 @@
+"""``vlrl bench tiles`` on real harness trajectories: exact pixels back, a fraction of PNG's bytes
+stored, and later turns writing only the tiles that changed."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def test_vlrl_bench_tiles_reports_each_trajectory_kind():
+    from tests.bench.run_bench import run_bench
+
+    result = run_bench("tiles")
+    runs = {run["harness"]: run for run in result["runs"]}
+    assert set(runs) == {"browser", "desktop"} and all("skipped" not in run for run in runs.values()), runs
+    for run in runs.values():
+        assert run["exact"] and run["turns"] >= 8
+        assert run["stored_over_png"] < 0.5 and run["stored_over_raw"] < 0.01
+        written = run["written_bytes_per_turn"]
+        assert written["tiled"]["median"] * 100 < written["raw"]["median"]  # a turn writes what changed
+        for figure in ("fetch_s_per_image", "raw_fetch_s_per_image", "png_decode_s_per_image"):
+            assert 0 < run[figure]["min"] <= run[figure]["median"] <= run[figure]["max"]
+    assert set(result["fetch_over_png_decode"]) == {"browser", "desktop"}

@@ -1,0 +1,100 @@
+"""Screenshots stored as tiles: exact pixels back, only changed tiles written, and every tile pack
+living exactly as long as the last image naming it, whatever the order images go in."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from harnesses.desktop.harness import DesktopHarness
+from vlrl.harness import Action
+from vlrl.mm import describe_image
+from vlrl.mm.image_rows import ImageWriter, pack_key, read_images
+from vlrl.store import LocalStore
+
+
+def _typing_screens(turns: int = 12, width: int = 640, height: int = 480) -> list[np.ndarray]:
+    """A desktop trajectory: a form, one typed character per turn after the first click."""
+    env = DesktopHarness(width=width, height=height, max_steps=1000, tasks=("fill-form",))
+    obs, _ = env.reset(seed=3)
+    shots = [obs.screenshot]
+    obs, *_ = env.step(env.oracle())
+    shots.append(obs.screenshot)
+    for char in "hello world"[: turns - 2]:
+        obs, *_ = env.step(Action.type(char))
+        shots.append(obs.screenshot)
+    return shots
+
+
+@pytest.fixture(params=["local", "ray"])
+def store(request):
+    if request.param == "local":
+        yield LocalStore()
+        return
+    request.getfixturevalue("ray_session")
+    from vlrl.store.ray_store import RayStore
+
+    built = RayStore.Config().build()
+    yield built
+    built.destroy()
+
+
+def _write(store, shots, prefix: str, writer: str | None = None):
+    images = ImageWriter(store)
+    metas = [describe_image(s) for s in shots]
+    written = []
+    for i, (meta, shot) in enumerate(zip(metas, shots)):
+        before = store.io_stats().bytes_written
+        images.put(store, meta, shot, holder=f"{prefix}/{i}", writer=writer)
+        written.append(store.io_stats().bytes_written - before)
+    return metas, written
+
+
+def test_screens_come_back_exact_and_later_turns_write_only_what_changed(store):
+    shots = _typing_screens()
+    metas, written = _write(store, shots, "seq/a")
+    back = read_images(store, [m.store_key for m in metas])
+    for meta, shot in zip(metas, shots):
+        assert back[meta.store_key].tobytes() == shot.tobytes()
+    png_free_raw = sum(s.nbytes for s in shots)
+    assert store.stats().bytes < png_free_raw / 50  # flat GUI pixels, each distinct tile once
+    assert max(written[2:]) < written[0] / 10  # a typed character changes a few tiles
+
+
+def test_a_pack_lives_while_any_image_naming_it_does(store):
+    shots = _typing_screens()
+    metas, _ = _write(store, shots, "seq/a")
+    first_pack = pack_key(metas[0].content_hash)
+    order = list(range(len(metas)))
+    random.Random(0).shuffle(order)
+    for step, i in enumerate(order):
+        store.release([(metas[i].store_key, f"seq/a/{i}")])
+        alive = [metas[j].store_key for j in order[step + 1 :]]
+        if alive:  # every later screen names the first screen's pack for the tiles that never changed
+            assert store.contains([first_pack]) == [True]
+            back = read_images(store, alive)
+            for j in order[step + 1 :]:
+                assert back[metas[j].store_key].tobytes() == shots[j].tobytes()
+    assert store.stats().keys == 0  # the last image took every pack with it
+
+
+def test_an_image_two_trajectories_share_is_stored_once_and_outlives_either(store):
+    shots = _typing_screens(turns=4)
+    first, _ = _write(store, shots, "seq/a")
+    keys = store.stats().keys
+    second, written = _write(store, [shots[0], shots[0]], "seq/b")  # the same opening screen
+    assert written == [0, 0] and store.stats().keys == keys
+    store.release([(m.store_key, f"seq/a/{i}") for i, m in enumerate(first)])
+    assert read_images(store, [second[0].store_key])[second[0].store_key].tobytes() == shots[0].tobytes()
+    store.release([(second[0].store_key, "seq/b/0"), (second[0].store_key, "seq/b/1")])
+    assert store.stats().keys == 0
+
+
+def test_a_dead_writers_tiled_images_are_taken_back_whole(store):
+    shots = _typing_screens(turns=5)
+    _write(store, shots, "seq/dead", writer="run-1")
+    assert store.stats().keys > len(shots)  # images and their packs
+    store.take_back(["run-1"])
+    assert store.stats().keys == 0

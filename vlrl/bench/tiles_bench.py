@@ -1,0 +1,202 @@
+"""``vlrl bench tiles``: what screenshots cost in the store as tiles, on real harness trajectories.
+
+Each run plays one trajectory on a real harness: the browser harness (headless Chromium, the
+form-fill app, its oracle's clicks with the typing one character per turn) and the desktop
+harness (the fill-form family, one typed character per turn). Its distinct screenshots are written
+to a ``RayStore`` as tiles (``mm.image_rows``, the default) and, side by side, as raw pixels, and
+measured:
+
+- ``stored_over_raw`` / ``stored_over_png``: bytes the tiled store holds (its index's count of
+  the payload arrays it keeps) over raw RGB, and over one PNG per distinct image (Pillow's
+  default encoder, what a user would store instead);
+- ``exact``: every image read back equals the original, bit for bit;
+- ``fetch_s_per_image``: ``read_images`` of one image from the store's shards into this process
+  (index lookup, the manifest and pack objects, decompression and reassembly), next to
+  ``png_decode_s_per_image`` (Pillow decoding that image's PNG, already in memory) and
+  ``raw_fetch_s_per_image`` (the same image stored as raw pixels); each ``{min, median, max}``
+  over the trajectory's images;
+- ``written_bytes_per_turn``: what each turn's new screenshot sent to the store, tiled and raw.
+
+At the top level, per harness: ``stored_over_png`` and ``fetch_over_png_decode`` (median fetch over
+median PNG decode).
+
+Shipping between hosts (env host to loop host, loop host to engine) still sends whole images
+once per trajectory: ``vlrl bench delta`` measures it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+SIZES = {
+    "small": {"browser": (640, 480, 8), "desktop": (640, 480, 12)},
+    "full": {"browser": (1280, 720, 15), "desktop": (1920, 1080, 50)},
+}
+"""(width, height, turns) of each run."""
+TYPED = "ada lovelace ada@example.com the analytical engine weaves algebraic patterns"
+
+
+def run(size: str = "small") -> dict[str, Any]:
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(include_dashboard=False, log_to_driver=False, object_store_memory=512 * 1024**2)
+    try:
+        runs = []
+        for harness, (width, height, turns) in SIZES[size].items():
+            if harness == "browser" and not _has_chromium():
+                runs.append({"harness": harness, "skipped": "no Chromium at /usr/bin/chromium"})
+                continue
+            shots = (_browser_screens if harness == "browser" else _desktop_screens)(width, height, turns)
+            runs.append({"harness": harness, "width": width, "height": height, "turns": len(shots), **measure(shots)})
+    finally:
+        if started:
+            ray.shutdown()
+    measured = [r for r in runs if "skipped" not in r]
+    return {
+        "runs": runs,
+        "stored_over_png": {r["harness"]: r["stored_over_png"] for r in measured},
+        "fetch_over_png_decode": {
+            r["harness"]: r["fetch_s_per_image"]["median"] / r["png_decode_s_per_image"]["median"] for r in measured
+        },
+    }
+
+
+def _has_chromium() -> bool:
+    return os.access("/usr/bin/chromium", os.X_OK)
+
+
+def _desktop_screens(width: int, height: int, turns: int) -> list[np.ndarray]:
+    from harnesses.desktop.harness import DesktopHarness
+    from vlrl.harness import Action
+
+    env = DesktopHarness(width=width, height=height, max_steps=1000, tasks=("fill-form",))
+    obs, _ = env.reset(seed=0)
+    shots = [obs.screenshot]
+    obs, *_ = env.step(env.oracle())  # focus the first field
+    shots.append(obs.screenshot)
+    for char in TYPED:
+        if len(shots) == turns:
+            break
+        obs, _, terminated, truncated, _ = env.step(Action.type(char))
+        shots.append(obs.screenshot)
+        if terminated or truncated:
+            break
+    return shots
+
+
+def _browser_screens(width: int, height: int, turns: int) -> list[np.ndarray]:
+    from harnesses.browser.harness import BrowserHarness
+    from vlrl.harness import Action
+
+    env = BrowserHarness(width=width, height=height, max_steps=1000, tasks=["form-fill"])
+    try:
+        obs, _ = env.reset(seed=0)
+        shots = [obs.screenshot]
+        while len(shots) < turns:
+            action = env.oracle()
+            steps = [Action.type(c) for c in action.text] if action.kind == "type" else [action]
+            for step in steps:
+                obs, _, terminated, truncated, _ = env.step(step)
+                shots.append(obs.screenshot)
+                if terminated or truncated or len(shots) == turns:
+                    return shots
+        return shots
+    finally:
+        env.close()
+
+
+@dataclass
+class _Written:
+    store: Any
+    keys: list[str]
+    bytes_per_turn: list[int]
+
+
+def measure(shots: list[np.ndarray]) -> dict[str, Any]:
+    """The figures of one trajectory's screenshots (see the module docstring)."""
+    from PIL import Image
+
+    from vlrl.mm import describe_image
+
+    distinct = {describe_image(s).content_hash: s for s in shots}
+    pngs = {}
+    for digest, shot in distinct.items():
+        buffer = io.BytesIO()
+        Image.fromarray(shot).save(buffer, format="PNG")
+        pngs[digest] = buffer.getvalue()
+    tiled, raw = _write(shots, tile_px=64), _write(shots, tile_px=None)
+    try:
+        stored = tiled.store.stats().bytes
+        fetch, exact = _timed_reads(tiled, shots)
+        raw_fetch, _ = _timed_reads(raw, shots)
+        decode = []
+        for data in pngs.values():
+            start = time.perf_counter()
+            np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+            decode.append(time.perf_counter() - start)
+    finally:
+        tiled.store.destroy()
+        raw.store.destroy()
+    raw_bytes = sum(s.nbytes for s in distinct.values())
+    png_bytes = sum(map(len, pngs.values()))
+    return {
+        "distinct_images": len(distinct),
+        "raw_bytes": raw_bytes,
+        "png_bytes": png_bytes,
+        "stored_bytes": stored,
+        "stored_over_raw": stored / raw_bytes,
+        "stored_over_png": stored / png_bytes,
+        "exact": exact,
+        "fetch_s_per_image": _spread(fetch),
+        "raw_fetch_s_per_image": _spread(raw_fetch),
+        "png_decode_s_per_image": _spread(decode),
+        "written_bytes_per_turn": {"tiled": _spread(tiled.bytes_per_turn[1:]), "raw": _spread(raw.bytes_per_turn[1:])},
+    }
+
+
+def _write(shots: list[np.ndarray], *, tile_px: int | None) -> _Written:
+    """The trajectory's screens written in turn order, each held by its turn's sequence."""
+    from vlrl.mm import describe_image
+    from vlrl.mm.image_rows import ImageWriter
+    from vlrl.store.ray_store import RayStore
+
+    store = RayStore.Config(image_tile_px=tile_px).build()
+    images = ImageWriter(store)
+    keys, per_turn = [], []
+    for turn, shot in enumerate(shots):
+        meta = describe_image(shot)
+        before = store.io_stats().bytes_written
+        images.put(store, meta, shot, holder=f"seq/t/{turn}")
+        per_turn.append(store.io_stats().bytes_written - before)
+        keys.append(meta.store_key)
+    return _Written(store, keys, per_turn)
+
+
+def _timed_reads(written: _Written, shots: list[np.ndarray]) -> tuple[list[float], bool]:
+    """The time of reading each distinct image alone, and whether all came back exact. Each image
+    is checked and dropped before the next read, as each PNG decode is: both reuse freed memory."""
+    from vlrl.mm.image_rows import read_images
+
+    times, exact = [], True
+    for key, shot in dict(zip(written.keys, shots)).items():
+        start = time.perf_counter()
+        pixels = read_images(written.store, [key])[key]
+        times.append(time.perf_counter() - start)
+        exact &= pixels.tobytes() == shot.tobytes()
+        del pixels
+    return times, exact
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"min": 0.0, "median": 0.0, "max": 0.0}
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
