@@ -5,15 +5,15 @@ on with balanced books."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 import ray
 
 from tests.control.stored_trajectory import StoredTrajectory
 from tests.control.test_driver import A, _balanced, parts  # noqa: F401  (the fixture)
+from tests.store.test_faults import restart_shards
 from vlrl.control.driver import Driver, DriverStalled
-from vlrl.store import ShardLostError, StoreTimeoutError
+from vlrl.store import StoreTimeoutError
 from vlrl.store.ray_store import RayStore
 
 pytestmark = pytest.mark.ray
@@ -92,17 +92,7 @@ def test_dead_shards_fail_their_groups_and_the_driver_goes_on(parts):  # noqa: F
 
 
 def _restart_every_shard(store: RayStore) -> None:
-    """Every shard crashes (Ray restarts each, empty); wait until all answer again."""
-    for shard in store._shards._shards:
-        ray.kill(shard, no_restart=False)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            store.stats()
-            return
-        except ShardLostError:
-            assert time.monotonic() < deadline, "the shards did not come back"
-            time.sleep(0.2)
+    restart_shards(store, list(range(len(store._shards._shards))))
 
 
 def test_groups_a_restarted_shard_lost_fail_before_training_and_the_run_goes_on(parts):  # noqa: F811

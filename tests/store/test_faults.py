@@ -54,9 +54,10 @@ def test_a_dead_shard_fails_reads_fast_naming_the_shard_and_the_loss(ray_session
     store.destroy()
 
 
-def _restart(store: RayStore, position: int) -> None:
-    """Kill one shard as a crash would (Ray restarts it, empty) and wait until it answers again."""
-    ray.kill(store._shards._shards[position], no_restart=False)
+def restart_shards(store: RayStore, positions: list[int]) -> None:
+    """Kill shards as a crash would (Ray restarts each, empty) and wait until all answer again."""
+    for position in positions:
+        ray.kill(store._shards._shards[position], no_restart=False)
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -77,7 +78,7 @@ def test_a_restarted_shard_serves_new_writes_and_reports_what_it_lost(ray_sessio
         store.put(key, ROW)
     image = next(f"img/{i}" for i in range(64) if store._shards.position(f"img/{i}") == position)
     store.put_shared(image, ROW, holder=lost[0])  # held by a sequence written before the crash
-    _restart(store, position)
+    restart_shards(store, [position])
 
     with pytest.raises(ShardLostError, match=r"store shard 'ray-store/.*/%d'.*restarted" % position):
         store.get([lost[0]])
