@@ -16,6 +16,7 @@ from vlrl.control.grader import GraderRunner
 from vlrl.control.group_hook import GroupHook
 from vlrl.control.sampler import PassRateSampler
 from vlrl.harness import register
+from vlrl.mm.image_rows import read_images
 from vlrl.pool import HarnessPool, HostBudget, HostConfig
 from vlrl.store.ray_store import RayStore
 
@@ -211,7 +212,7 @@ def test_an_image_shared_by_many_groups_lives_until_the_last_sequence_naming_it_
         driver.consumed(first)
         second = await driver.next_batch(policy_version=0)
         assert {item.store_key for meta in second.sequences for item in meta.images} == {image}
-        pixels = store.get([image], fields=["pixels"])[image]["pixels"]  # what training fetches
+        pixels = read_images(store, [image])[image]  # what training fetches
         driver.consumed(second)
         await driver.close()
         return image, pixels

@@ -51,7 +51,7 @@ def test_a_timed_out_tenant_whose_thread_writes_late_leaves_no_key(ray_session):
         slow, fast = asyncio.run(pool.run_many([(SlowFinish(store, 1.5), {}), (SlowFinish(store, 0.0), {})]))
         assert (slow.status, fast.status) == ("timeout", "ok")
         time.sleep(2.0)  # the slow thread has woken up and tried to write by now
-        assert store.stats().keys == 2  # the finished tenant's sequence and image only
+        assert store.stats().keys == 3  # the finished tenant's sequence, image and the image's tile pack only
         delete_sequences(store, fast.value)
         assert store.stats().keys == 0
     finally:

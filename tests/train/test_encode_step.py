@@ -119,7 +119,7 @@ def _rank_main(rank: int, address: str, namespace: str, rdzv: str) -> None:
     from vlrl.store.ray_store import RayStore
 
     ray.init(address=address, log_to_driver=False, configure_logging=False)
-    store = RayStore.Config(namespace=namespace).build()
+    store = RayStore.Config(namespace=namespace, image_tile_px=None).build()  # bytes read are pixel bytes
     dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=WORLD, timeout=timedelta(seconds=120))
     metas = [SeqMeta(**m) for m in _load_metas(store)]
     try:
@@ -191,7 +191,7 @@ def test_step_encoder_matches_single_process(ray_session, tmp_path):
     from vlrl.store.ray_store import RayStore
 
     namespace = f"encode-{uuid.uuid4().hex[:8]}"
-    store = RayStore.Config(namespace=namespace).build()
+    store = RayStore.Config(namespace=namespace, image_tile_px=None).build()  # bytes read are pixel bytes
     try:
         metas = make_step(store)
         blob = pickle.dumps([{f.name: getattr(m, f.name) for f in dataclasses.fields(m)} for m in metas])

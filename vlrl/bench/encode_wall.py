@@ -80,7 +80,7 @@ def _rank_main(rank: int, world: int, rdzv: str, out: str, spec: WallSpec) -> No
     )
     try:
         workload = spec.workload
-        store = LocalStore()
+        store = LocalStore(image_tile_px=None)  # raw rows: the bench's fetch figures are pixel bytes
 
         def describe(image_id: int, screen: str) -> MMItemMeta:
             width, height = (side // workload.scale for side in SCREENS[screen][0])

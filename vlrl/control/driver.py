@@ -176,12 +176,21 @@ class Driver:
         """Run rollouts until every source has its share of accepted groups, then yield a batch."""
         self._version = policy_version
         left_before = self._left()
+        unchecked = 0
         while True:
             self._drop_stale()
-            if all(len(self._buffer[name]) >= quota for name, quota in self.quotas.items()) and self._intact():
-                groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
-                self._step += 1
-                return Batch(self._step, groups)
+            if all(len(self._buffer[name]) >= quota for name, quota in self.quotas.items()):
+                lost = self._fail_lost_groups()
+                if lost == 0:
+                    groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
+                    self._step += 1
+                    return Batch(self._step, groups)
+                if lost is None:  # the store did not answer: look again after a pause, a bounded number of times
+                    unchecked += 1
+                    if unchecked > self.config.hook_retries:
+                        raise DriverStalled(f"driver: the store did not answer the batch check {unchecked} times")
+                    await asyncio.sleep(self.config.hook_retry_s * 2 ** (unchecked - 1))
+                continue  # the next groups in line may be whole; or the failed ones left room to launch
             if self._left() - left_before >= self.config.stall_groups:
                 reasons = "; ".join(f"{n} x {r}" for r, n in self.book.reasons.most_common(3))
                 raise DriverStalled(
@@ -193,11 +202,11 @@ class Driver:
             self._launch()
             await self._wait_for_progress()
 
-    def _intact(self) -> bool:
+    def _fail_lost_groups(self) -> int | None:
         """Fail the groups about to be yielded whose payload is gone (a store shard died and
-        restarted empty since they were written), so the trainer never reads a lost key; True
-        when the batch at the head of the buffers is whole. A store that cannot answer now
-        leaves the groups buffered for the next look."""
+        restarted empty since they were written), so the trainer never reads a lost key; returns
+        how many failed (0: the batch at the head of the buffers is whole), or None when the
+        store could not answer (the groups stay buffered for the next look)."""
         head = [group for name, quota in self.quotas.items() for group in list(self._buffer[name])[:quota]]
         keys = [meta.key for group in head for meta in group.metas]
         refs = image_refs([meta for group in head for meta in group.metas])
@@ -205,7 +214,7 @@ class Driver:
             present, held = self.store.contains(keys), self.store.holds(refs)
         except SHARD_ERRORS as error:
             self.book.reasons[f"batch check failed: {type(error).__name__}"] += 1
-            return False
+            return None
         lost_keys = {key for key, ok in zip(keys, present) if not ok}
         lost_keys |= {holder for (_, holder), ok in zip(refs, held) if not ok}
         broken = [group for group in head if any(meta.key in lost_keys for meta in group.metas)]
@@ -214,7 +223,7 @@ class Driver:
             self._delete(group.metas, missing_ok=True)
             self.book.accepted -= 1
             self._leave("failed", "payload lost with a store shard before training")
-        return not broken
+        return len(broken)
 
     def _left(self) -> int:
         """Groups that left without being accepted so far."""
