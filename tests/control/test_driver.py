@@ -18,6 +18,7 @@ from vlrl.control.sampler import PassRateSampler
 from vlrl.harness import register
 from vlrl.mm.image_rows import read_images
 from vlrl.pool import HarnessPool, HostBudget, HostConfig
+from vlrl.records import Batch
 from vlrl.store.ray_store import RayStore
 
 pytestmark = pytest.mark.ray
@@ -48,6 +49,18 @@ def _factory(version: int = 0):
 
 def _balanced(book) -> bool:
     return book.generated == book.accepted + book.rejected + book.dropped + book.failed + book.stale + book.pending
+
+
+def one_batch(driver: Driver) -> Batch:
+    """The driver's first batch, consumed, then the driver closed (nothing of it may remain)."""
+
+    async def main() -> Batch:
+        batch = await driver.next_batch(policy_version=0)
+        driver.consumed(batch)
+        await driver.close()
+        return batch
+
+    return asyncio.run(main())
 
 
 def test_batches_honour_source_shares_and_nothing_outlives_consumption(parts):
@@ -98,12 +111,7 @@ def test_failed_trajectories_fail_their_group_and_the_books_balance(parts):
     crashing = replace(A, env=EnvSettings(params={"step_s": 0.01, "crash_seed": 3}))
     driver = Driver(Driver.Config(groups_per_batch=2), [crashing], pool, store, tenant_factory=_factory())
 
-    async def main():
-        batch = await driver.next_batch(policy_version=0)
-        driver.consumed(batch)
-        await driver.close()
-
-    asyncio.run(main())
+    one_batch(driver)
     book = driver.book
     assert book.failed == 1 and any("harness exploded" in r or "failed" in r for r in book.reasons)
     assert _balanced(book) and store.stats().keys == 0
@@ -181,13 +189,7 @@ def test_late_grader_rewrites_rewards_before_acceptance(parts):
         tenant_factory=_factory(),
     )
 
-    async def main():
-        batch = await driver.next_batch(policy_version=0)
-        driver.consumed(batch)
-        await driver.close()
-        return batch
-
-    batch = asyncio.run(main())
+    batch = one_batch(driver)
     # Groups of even seeds would be rejected on rollout rewards; the judge made them informative.
     assert driver.book.rejected == 0 and driver.book.graded >= 2
     for group in batch.groups:

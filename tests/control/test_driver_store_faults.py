@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from tests.control.stored_trajectory import StoredTrajectory
-from tests.control.test_driver import A, _balanced, parts  # noqa: F401  (the fixture)
+from tests.control.test_driver import A, _balanced, one_batch, parts  # noqa: F401  (the fixture)
 from tests.store.test_faults import restart_shards
 from vlrl.control.driver import Driver, DriverStalled
 from vlrl.store import StoreTimeoutError
@@ -43,13 +43,7 @@ def test_a_transient_store_error_in_the_hook_is_retried_and_the_group_accepted(p
     flaky = FailingGets(store, failures=2)
     driver = Driver(Driver.Config(groups_per_batch=1, hook_retry_s=0.01), [A], pool, flaky, tenant_factory=_mixed)
 
-    async def main():
-        batch = await driver.next_batch(policy_version=0)
-        driver.consumed(batch)
-        await driver.close()
-        return batch
-
-    batch = asyncio.run(main())
+    batch = one_batch(driver)
     assert [g.decision.status for g in batch.groups] == ["accepted"] and flaky.gets >= 3
     assert driver.book.failed == 0 and _balanced(driver.book)
     assert store.stats().keys == 0

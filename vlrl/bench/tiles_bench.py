@@ -55,7 +55,7 @@ def run(size: str = "small") -> dict[str, Any]:
             if harness == "browser" and not _has_chromium():
                 runs.append({"harness": harness, "skipped": "no Chromium at /usr/bin/chromium"})
                 continue
-            shots = (_browser_screens if harness == "browser" else _desktop_screens)(width, height, turns)
+            shots = (_browser_screens if harness == "browser" else desktop_screens)(width, height, turns)
             runs.append({"harness": harness, "width": width, "height": height, "turns": len(shots), **measure(shots)})
     finally:
         if started:
@@ -74,7 +74,8 @@ def _has_chromium() -> bool:
     return os.access("/usr/bin/chromium", os.X_OK)
 
 
-def _desktop_screens(width: int, height: int, turns: int) -> list[np.ndarray]:
+def desktop_screens(width: int, height: int, turns: int) -> list[np.ndarray]:
+    """A desktop trajectory: a form, its first field focused, then one typed character per turn."""
     from harnesses.desktop.harness import DesktopHarness
     from vlrl.harness import Action
 

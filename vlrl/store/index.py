@@ -1,9 +1,10 @@
 """The key index: which fields each key has, their specs, and backend handles to their chunks.
 
 One index serves a whole store. The local backend holds it in-process; the distributed
-backends hold it in one Ray actor so that every process sees the same keys and the
-write-once rule is decided in one place. It holds small records only (specs and handles such
-as ObjectRefs), never payload arrays of the distributed backends.
+backends shard it over a few Ray actors, each key's records in one of them, so that every
+process sees the same keys and the write-once rule is decided in one place. It holds small
+records only: specs, holders and handles such as ObjectRefs, and for ``RayStore`` the chunks of
+at most ``remote_index.INLINE_BYTES`` it keeps inline, never larger payload arrays.
 """
 
 from __future__ import annotations

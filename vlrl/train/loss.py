@@ -137,7 +137,8 @@ def clipped_surrogate(
 
 
 def importance_weight(proximal_logprobs: Tensor, old_logprobs: Tensor, loss_mask: Tensor, cap: float) -> Tensor:
-    """TIS's ``w_t = min(exp(prox_t - old_t), cap)`` on loss tokens, 1 elsewhere, ``(W,)``, no grad."""
+    """TIS's ``w_t = min(exp(prox_t - old_t), cap)`` on loss tokens, 1 elsewhere, ``(W,)``; the
+    caller passes detached ``prox_t``, so the weight carries no gradient."""
     gap = torch.where(loss_mask, proximal_logprobs - old_logprobs, 0.0)
     return gap.exp().clamp(max=cap)
 
