@@ -1,5 +1,6 @@
 """The inference client against the real embedded engine: evictions and a replica restart in the
-middle of a trajectory are survived by resending, never by failing the rollout."""
+middle of a trajectory are survived by resending, never by failing the rollout; screens shipped as
+tiles give the replies whole pixels give."""
 
 from __future__ import annotations
 
@@ -23,14 +24,28 @@ def _screens(n: int) -> list[ContextImage]:
     return [ContextImage.of(rng.integers(0, 256, (240, 320, 3), dtype=np.uint8)) for _ in range(n)]
 
 
-async def _turns(client, chat, screens, first: int, last: int, turns: list[ChatTurn]):
+def _gui_screens(n: int) -> list[ContextImage]:
+    """Screens as a GUI's are: one base, each turn changing one small region of the last."""
+    rng = np.random.default_rng(2)
+    pixels = np.repeat(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8), 8, axis=0).repeat(8, axis=1)
+    screens = []
+    for turn in range(n):
+        pixels = pixels.copy()
+        pixels[100 : 100 + 12, 40 + 10 * turn : 48 + 10 * turn] = 255 - 20 * turn
+        screens.append(ContextImage.of(pixels))
+    return screens
+
+
+async def _turns(client, chat, screens, first, last, turns: list[ChatTurn], trajectory="traj", replies=None):
     sampling = SamplingParams(temperature=0.0, max_tokens=3, stop_token_ids=chat.stop_token_ids)
     for turn in range(first, last):
         turns.append(ChatTurn("Click OK." if turn == 0 else "", (320, 240)))
         ids = np.asarray(chat.context(turns).ids, np.int32)
-        result = await client.generate("traj", ids, screens[: turn + 1], sampling, request_id=f"r{turn}")
+        result = await client.generate(trajectory, ids, screens[: turn + 1], sampling, request_id=f"{trajectory}{turn}")
         turns[-1].answer = [int(t) for t in result.token_ids]
         turns[-1].answer_stopped = result.finish_reason == "stop"
+        if replies is not None:
+            replies.append((turns[-1].answer, result.logprobs.tolist()))
 
 
 def _chat(processor) -> ChatFormat:
@@ -53,7 +68,8 @@ def test_a_small_engine_image_cache_makes_the_client_resend(ray_session, tiny_pa
 def test_a_replica_restart_mid_trajectory_is_survived(ray_session, tiny_path, processor):
     engine = EmbeddedEngine.Config(cpus=0, max_restarts=1).build(model_path=str(tiny_path))
     try:
-        client = InferenceClient([RayEndpoint(engine, "engine")], InferenceClient.Config(backoff_s=0.5, retries=6))
+        config = InferenceClient.Config(backoff_s=0.5, retries=6, image_tile_px=None)
+        client = InferenceClient([RayEndpoint(engine, "engine")], config)
         chat, screens, turns = _chat(processor), _screens(4), []
         asyncio.run(_turns(client, chat, screens, 0, 2, turns))
         ray_session.kill(engine, no_restart=False)  # the replica crashes and comes back empty
@@ -62,6 +78,28 @@ def test_a_replica_restart_mid_trajectory_is_survived(ray_session, tiny_path, pr
         # The new process saw the older screens again (resent after its misses) and the new ones.
         assert stats["image_bytes_received"] == sum(s.pixels.nbytes for s in screens)
         assert client.stats.retries + client.stats.cache_misses > 0
+    finally:
+        ray_session.kill(engine)
+
+
+def test_screens_shipped_as_tiles_give_the_replies_of_whole_pixels_across_misses(ray_session, tiny_path, processor):
+    # A tile cache of a third of a screen: assembling against the last screen misses at times.
+    engine = EmbeddedEngine.Config(cpus=0, max_restarts=1, tile_cache_mb=0.07).build(model_path=str(tiny_path))
+    try:
+        endpoint, chat, screens = RayEndpoint(engine, "engine"), _chat(processor), _gui_screens(6)
+        whole = InferenceClient([endpoint], InferenceClient.Config(backoff_s=0.5, retries=6, image_tile_px=None))
+        tiled = InferenceClient([endpoint], InferenceClient.Config(backoff_s=0.5, retries=6))
+        turns_whole, turns_tiled, by_whole, by_tiles = [], [], [], []
+        asyncio.run(_turns(tiled, chat, screens, 0, 3, turns_tiled, "tiled", by_tiles))
+        asyncio.run(_turns(whole, chat, screens, 0, 3, turns_whole, "whole", by_whole))
+        assert tiled.stats.cache_misses > 0
+        # Even with the resends, the tiles cost a fraction of the pixels.
+        assert tiled.stats.image_bytes_sent < whole.stats.image_bytes_sent / 4
+        ray_session.kill(engine, no_restart=False)  # it comes back without the tiles it held
+        asyncio.run(_turns(tiled, chat, screens, 3, 6, turns_tiled, "tiled", by_tiles))
+        asyncio.run(_turns(whole, chat, screens, 3, 6, turns_whole, "whole", by_whole))
+        assert tiled.stats.retries > 0
+        assert by_tiles == by_whole and len(by_tiles) == 6
     finally:
         ray_session.kill(engine)
 

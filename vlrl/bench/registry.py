@@ -63,7 +63,8 @@ BENCHMARKS: dict[str, Benchmark] = {
         ),
         Benchmark(
             "tiles",
-            "screenshots stored as content-addressed tiles on real trajectories: bytes vs raw and PNG, fetch vs PNG decode",
+            "screenshots stored and shipped as content-addressed tiles on real trajectories: bytes vs raw and PNG,"
+            " fetch vs PNG decode, bytes shipped per turn",
             "vlrl.bench.tiles_bench",
         ),
         Benchmark(

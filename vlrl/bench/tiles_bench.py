@@ -20,8 +20,14 @@ measured:
 At the top level, per harness: ``stored_over_png`` and ``fetch_over_png_decode`` (median fetch over
 median PNG decode).
 
-Shipping between hosts (env host to loop host, loop host to engine) still sends whole images
-once per trajectory: ``vlrl bench delta`` measures it.
+- ``shipped_bytes_per_turn``: what each turn's new screenshot costs between processes, serialised
+  as Ray serialises it (pickle protocol 5, out-of-band buffers counted), from turn 2 on. ``env_to_loop``:
+  the env host's reply to a step (``pool.screens``: the tiles the loop lacks) next to the same
+  reply with the whole screenshot; ``loop_to_engine``: the image parts of the turn's request to
+  a replica (``rollout.client.image_parts``: the tiles the replica lacks) next to whole-image
+  delta shipping (each new image's pixels once, references for the rest). ``ship_s_per_turn``:
+  the sender's encoding plus the receiver's assembly, next to pickling and unpickling the whole
+  screenshot.
 """
 
 from __future__ import annotations
@@ -64,6 +70,14 @@ def run(size: str = "small") -> dict[str, Any]:
     return {
         "runs": runs,
         "stored_over_png": {r["harness"]: r["stored_over_png"] for r in measured},
+        "shipped_over_whole": {
+            r["harness"]: {
+                hop: ship[hop]["tiles"]["median"] / ship[hop][whole]["median"]
+                for hop, whole in (("env_to_loop", "whole"), ("loop_to_engine", "whole_delta"))
+            }
+            for r in measured
+            for ship in [r["shipped_bytes_per_turn"]]
+        },
         "fetch_over_png_decode": {
             r["harness"]: r["fetch_s_per_image"]["median"] / r["png_decode_s_per_image"]["median"] for r in measured
         },
@@ -161,6 +175,58 @@ def measure(shots: list[np.ndarray]) -> dict[str, Any]:
         "raw_fetch_s_per_image": _spread(raw_fetch),
         "png_decode_s_per_image": _spread(decode),
         "written_bytes_per_turn": {"tiled": _spread(tiled.bytes_per_turn[1:]), "raw": _spread(raw.bytes_per_turn[1:])},
+        **shipped(shots),
+    }
+
+
+def shipped(shots: list[np.ndarray]) -> dict[str, Any]:
+    """``shipped_bytes_per_turn`` and ``ship_s_per_turn`` of one trajectory (module docstring)."""
+    import pickle
+
+    from vlrl.harness import Observation
+    from vlrl.mm import DeltaTracker
+    from vlrl.mm.tile_wire import TileReceiver, TileSender
+    from vlrl.pool.screens import ShippedObservation, new_receiver
+    from vlrl.rollout.client import ContextImage, image_parts
+
+    def wire(message: Any) -> int:
+        buffers: list[pickle.PickleBuffer] = []
+        head = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+        return len(head) + sum(b.raw().nbytes for b in buffers)
+
+    env_tiles, env_whole, engine_tiles, engine_whole, tiles_s, whole_s = [], [], [], [], [], []
+    env_sender, env_receiver = TileSender(), new_receiver()
+    engine_sender, engine_receiver = TileSender(), TileReceiver(256 * 2**20)
+    tiled_tracker, whole_tracker = DeltaTracker(), DeltaTracker()
+    context: list[ContextImage] = []
+    for shot in shots:
+        obs = Observation(screenshot=shot, goal="fill the form")
+        start = time.perf_counter()
+        message = ShippedObservation.of(obs, env_sender)
+        assembled = pickle.loads(pickle.dumps(message, protocol=5)).observation(env_receiver)
+        tiles_s.append(time.perf_counter() - start)
+        if assembled is None or assembled.screenshot.tobytes() != shot.tobytes():
+            raise RuntimeError("a screen shipped as tiles to the loop did not assemble exactly")
+        start = time.perf_counter()
+        pickle.loads(pickle.dumps(obs, protocol=5))
+        whole_s.append(time.perf_counter() - start)
+        env_tiles.append(wire(message))
+        env_whole.append(wire(obs))
+        context.append(ContextImage.of(shot))
+        parts, whole_parts = image_parts(context, tiled_tracker, engine_sender), image_parts(context, whole_tracker)
+        for part in parts:
+            if part.tiles is not None and engine_receiver.assemble(part.tiles) is None:
+                raise RuntimeError("a screen shipped as tiles to the engine did not assemble")
+        engine_tiles.append(wire(parts))
+        engine_whole.append(wire(whole_parts))
+        tiled_tracker.shipped(p.content_hash for p in parts)
+        whole_tracker.shipped(p.content_hash for p in whole_parts)
+    return {
+        "shipped_bytes_per_turn": {
+            "env_to_loop": {"tiles": _spread(env_tiles[1:]), "whole": _spread(env_whole[1:])},
+            "loop_to_engine": {"tiles": _spread(engine_tiles[1:]), "whole_delta": _spread(engine_whole[1:])},
+        },
+        "ship_s_per_turn": {"tiles": _spread(tiles_s[1:]), "whole_pickle": _spread(whole_s[1:])},
     }
 
 

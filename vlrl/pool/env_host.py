@@ -7,7 +7,8 @@ the same settings, so a browser is launched once, not once per episode. A harnes
 raises reaches the caller as that exception; the host and the other instances go on. An action
 the harness refuses (``ActionError``) is ordinary play; any other failure of ``reset``, ``step``
 or ``oracle`` (a crash, a timeout) leaves the instance in an unknown state, so it is closed at
-release and the next lease gets a fresh one.
+release and the next lease gets a fresh one. With ``screen_tile_px`` set, observations go back as
+the tiles the lease's loop lacks (``pool.screens``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult
+from vlrl.mm.tile_wire import TileSender
 from vlrl.pool.host_config import HostConfig
+from vlrl.pool.screens import ShippedObservation
 
 
 class HostFullError(RuntimeError):
@@ -39,8 +42,13 @@ class _Instance:
 
 
 class EnvHost:
-    def __init__(self, index: int, factory: Callable[..., Harness], config: HostConfig) -> None:
+    def __init__(
+        self, index: int, factory: Callable[..., Harness], config: HostConfig, screen_tile_px: int | None = None
+    ) -> None:
         self._index = index
+        self._tile_px = screen_tile_px
+        self._senders: dict[str, TileSender] = {}  # per lease: what its loop holds of the screens
+        self._screens: dict[str, Observation] = {}  # per lease: the latest observation, for a resend
         self._factory = factory
         self._config = config
         self._thread_bound = bool(getattr(factory, "thread_bound", False))
@@ -52,6 +60,8 @@ class EnvHost:
         if instance_id in self._leased:
             raise HarnessError(f"harness instance {instance_id!r} is already open on env host {self._index}")
         key = json.dumps(settings, sort_keys=True, default=str)
+        if self._tile_px:
+            self._senders[instance_id] = TileSender(self._tile_px)
         if self._idle[key]:
             self._leased[instance_id] = self._idle[key].pop()
             return
@@ -64,13 +74,31 @@ class EnvHost:
         harness = await self._call(executor, lambda: self._factory(**settings))
         self._leased[instance_id] = _Instance(harness, executor, key, dedicated=self._thread_bound)
 
-    async def reset(self, instance_id: str, seed: int | None, options: dict[str, Any] | None) -> tuple[Observation, dict]:
+    async def reset(self, instance_id: str, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict]:
+        """``(observation, info)``; the observation shipped as tiles when the host ships tiles."""
         instance = self._instance(instance_id)
-        return await self._guarded(instance, lambda: instance.harness.reset(seed=seed, options=options))
+
+        def reset() -> tuple[Any, dict]:
+            obs, info = instance.harness.reset(seed=seed, options=options)
+            return self._shipped(instance_id, obs), info
+
+        return await self._guarded(instance, reset)
 
     async def step(self, instance_id: str, action: Action) -> StepResult:
         instance = self._instance(instance_id)
-        return await self._guarded(instance, lambda: instance.harness.step(action))
+
+        def step() -> StepResult:
+            obs, *rest = instance.harness.step(action)
+            return (self._shipped(instance_id, obs), *rest)
+
+        return await self._guarded(instance, step)
+
+    async def resend(self, instance_id: str) -> ShippedObservation:
+        """The latest observation again, whole: the lease's loop could not assemble it."""
+        instance = self._instance(instance_id)
+        sender = self._senders[instance_id]
+        sender.reset()
+        return await self._call(instance.executor, lambda: ShippedObservation.of(self._screens[instance_id], sender))
 
     async def oracle(self, instance_id: str) -> Action | None:
         instance = self._instance(instance_id)
@@ -79,6 +107,8 @@ class EnvHost:
     async def release(self, instance_id: str) -> None:
         """End a lease; a healthy instance stays warm for the next lease with the same settings."""
         instance = self._leased.pop(instance_id, None)
+        self._senders.pop(instance_id, None)
+        self._screens.pop(instance_id, None)
         if instance is None:
             return
         if instance.broken:
@@ -110,6 +140,8 @@ class EnvHost:
         """Close every instance, leased or idle (no orphan browser processes)."""
         everything = list(self._leased.values()) + [i for idle in self._idle.values() for i in idle]
         self._leased.clear()
+        self._senders.clear()
+        self._screens.clear()
         self._idle.clear()
         await asyncio.gather(*(self._close(i) for i in everything))
         self._threads.shutdown(wait=False)
@@ -119,6 +151,13 @@ class EnvHost:
             return self._leased[instance_id]
         except KeyError:
             raise HarnessError(f"harness instance {instance_id!r} is not open on env host {self._index}") from None
+
+    def _shipped(self, instance_id: str, obs: Observation) -> Observation | ShippedObservation:
+        sender = self._senders.get(instance_id)
+        if sender is None:
+            return obs
+        self._screens[instance_id] = obs
+        return ShippedObservation.of(obs, sender)
 
     async def _guarded(self, instance: _Instance, fn: Callable[[], Any]) -> Any:
         """Run one harness call; an instance whose call failed other than by refusing an action

@@ -71,6 +71,10 @@ class HarnessPool:
         env_host: HostConfig = field(default_factory=lambda: HostConfig(max_tenants=64))
         """Limits of every env host (max_tenants counts leased and warm instances)."""
 
+        screen_tile_px: Annotated[int, Ge(8)] | None = 64
+        """Screenshots travel from env host to loop host as the tiles of this side the loop lacks
+        (a step that changes a few tiles costs a few kilobytes); None sends whole screenshots."""
+
         max_attempts: Annotated[int, Ge(1)] = 3
         """Runs of one tenant when its host dies under it; a tenant's own failure is never retried."""
 
@@ -99,7 +103,9 @@ class HarnessPool:
                 f"{run}/env-{codebase}",
                 size,
                 config.env_host.max_tenants,
-                lambda i, name, f=factory: config.env_host.start(EnvHost, name, i, f, config.env_host),
+                lambda i, name, f=factory: config.env_host.start(
+                    EnvHost, name, i, f, config.env_host, config.screen_tile_px
+                ),
             )
         self.book = RunBook()
         self._wait_ready(config.startup_timeout_s)

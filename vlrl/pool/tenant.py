@@ -16,6 +16,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from vlrl.harness import Action, ActionError, Observation, StepResult
 from vlrl.pool.remote_errors import EnvCallError, cause_of
+from vlrl.pool.screens import ShippedObservation, new_receiver
 from vlrl.store import WriteLedger
 
 T = TypeVar("T")
@@ -61,18 +62,32 @@ class EnvAssignment:
 class EnvSession:
     """A tenant's harness instance on an env host: every call is one Ray call to that host. An
     action the harness refuses comes back as its ``ActionError`` (an invalid action, for the
-    agent); any other error of the call as an ``EnvCallError`` naming codebase, call and cause."""
+    agent); any other error of the call as an ``EnvCallError`` naming codebase, call and cause.
+    Screens shipped as tiles are assembled here, on the host's threads (``pool.screens``)."""
 
-    def __init__(self, assignment: EnvAssignment, instance_id: str) -> None:
+    def __init__(self, assignment: EnvAssignment, instance_id: str, run_blocking: Callable[..., Any]) -> None:
         self._host = assignment.host
         self._codebase = assignment.codebase
+        self._run_blocking = run_blocking
+        self._screens = new_receiver()
         self.instance_id = instance_id
 
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict]:
-        return await _call(self._host, self._codebase, "reset", self.instance_id, seed, options)
+        obs, info = await _call(self._host, self._codebase, "reset", self.instance_id, seed, options)
+        return await self._observation(obs), info
 
     async def step(self, action: Action) -> StepResult:
-        return await _call(self._host, self._codebase, "step", self.instance_id, action)
+        obs, *rest = await _call(self._host, self._codebase, "step", self.instance_id, action)
+        return (await self._observation(obs), *rest)
+
+    async def _observation(self, obs: Observation | ShippedObservation) -> Observation:
+        if isinstance(obs, Observation):
+            return obs
+        assembled = await self._run_blocking(obs.observation, self._screens)
+        if assembled is None:  # the receiver dropped tiles this screen needs: get it whole
+            obs = await _call(self._host, self._codebase, "resend", self.instance_id)
+            assembled = await self._run_blocking(obs.observation, self._screens)
+        return assembled
 
     async def oracle(self) -> Action | None:
         return await _call(self._host, self._codebase, "oracle", self.instance_id)
@@ -120,7 +135,7 @@ class TenantContext:
             raise RuntimeError(f"tenant {self.tenant_id}: no env host was assigned to it")
         instance_id = f"{self.tenant_id}/{len(self._sessions)}"
         await _call(self._env.host, self._env.codebase, "open", instance_id, self._env.settings)
-        session = EnvSession(self._env, instance_id)
+        session = EnvSession(self._env, instance_id, self._run_blocking)
         self._sessions.append(session)
         return session
 

@@ -6,6 +6,10 @@
 - **Delta shipping.** Per trajectory, a ``DeltaTracker`` knows which content hashes the replica
   already holds; a request carries pixels only for the others. A ``CacheMiss`` answer (eviction,
   restart) makes the client forget those hashes and resend, never fail the rollout.
+- **Tile shipping.** To a replica that takes tiles (``Endpoint.takes_tiles``: Ray replicas), a new
+  image goes as the tiles the replica lacks, against the trajectory's previous screen
+  (``mm.tile_wire``): a turn that changed a few tiles ships kilobytes, not a screenshot. Any miss
+  starts the trajectory's tiles afresh. HTTP endpoints (vLLM's API) take whole images.
 - **Faults**, classified the same way by every endpoint (Ray or HTTP):
 
   - ``TransientEndpointError`` (overload, timeout) is retried with exponential back-off;
@@ -32,6 +36,7 @@ import numpy as np
 
 from vlrl.config import Ge, Gt
 from vlrl.mm import DeltaTracker, content_hash
+from vlrl.mm.tile_wire import TileSender
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ImagePart, SamplingParams
 
 
@@ -59,6 +64,8 @@ class InferenceError(RuntimeError):
 
 class Endpoint(Protocol):
     name: str
+    takes_tiles: bool
+    """Whether it accepts ``ImagePart.tiles``; an endpoint without the attribute gets whole images."""
 
     async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss: ...
     async def load(self) -> int: ...
@@ -114,12 +121,16 @@ class InferenceClient:
 
         max_resends: Annotated[int, Ge(0)] = 2
         """Cache misses answered by resending, per turn over all its tries; the second resend ships
-        every image (the replica's cache may be smaller than the context). One more miss fails
-        the turn with ``InferenceError``."""
+        every image, as whole pixels (the replica's caches may be smaller than the context). One
+        more miss fails the turn with ``InferenceError``."""
 
         image_shipping: Literal["delta", "full"] = "delta"
         """'delta' ships each image's pixels once per trajectory and references after; 'full' resends
         every image with every request (for endpoints that cannot hold images between requests)."""
+
+        image_tile_px: Annotated[int, Ge(8)] | None = 64
+        """With 'delta' shipping, a new image goes to endpoints that take tiles as the tiles (of this
+        side) it lacks; None ships whole pixels."""
 
     def __init__(self, endpoints: Sequence[Endpoint], config: InferenceClient.Config | None = None) -> None:
         if not endpoints:
@@ -128,6 +139,7 @@ class InferenceClient:
         self._config = config or InferenceClient.Config()
         self._sticky: dict[str, int] = {}
         self._trackers: dict[str, DeltaTracker] = {}
+        self._tiles: dict[str, TileSender] = {}  # per trajectory, for a replica that takes tiles
         self.stats = ClientStats()
 
     async def generate(
@@ -154,6 +166,7 @@ class InferenceClient:
                 errors.append(f"{endpoint.name} unavailable: {error}")
                 self._sticky.pop(trajectory_id, None)
                 self._trackers[trajectory_id].reset()
+                self._tiles.pop(trajectory_id, None)
                 self.stats.reroutes += 1
             except (TransientEndpointError, asyncio.TimeoutError) as error:
                 errors.append(f"{endpoint.name}: {type(error).__name__}: {error}")
@@ -180,6 +193,7 @@ class InferenceClient:
     async def end_trajectory(self, trajectory_id: str) -> None:
         """Drop the trajectory's stickiness and let its replica free the cached prefix."""
         self._trackers.pop(trajectory_id, None)
+        self._tiles.pop(trajectory_id, None)
         replica = self._sticky.pop(trajectory_id, None)
         if replica is not None:
             try:
@@ -205,11 +219,14 @@ class InferenceClient:
         tracker = self._trackers[trajectory_id]
         if resends >= 2 or self._config.image_shipping == "full":
             tracker.reset()  # a replica cache smaller than the context: ship every image again
+            self._tiles.pop(trajectory_id, None)
+        tiles = None if resends >= 2 else self._tile_sender(endpoint, trajectory_id)  # the last resort: pixels
+        parts = await asyncio.to_thread(image_parts, images, tracker, tiles) if tiles else image_parts(images, tracker)
         request = GenerateRequest(
             request_id=request_id,
             trajectory_id=trajectory_id,
             prompt_ids=np.asarray(prompt_ids, dtype=np.int32),
-            images=_delta_parts(images, tracker),
+            images=parts,
             sampling=sampling,
         )
         answer = await asyncio.wait_for(endpoint.generate(request), self._config.request_timeout_s)
@@ -218,12 +235,19 @@ class InferenceClient:
         if isinstance(answer, CacheMiss):
             # The replica keeps what this request carried; only the reported hashes go again.
             self.stats.cache_misses += len(answer.missing)
-            tracker.shipped(part.content_hash for part in request.images if part.pixels is not None)
+            tracker.shipped(part.content_hash for part in request.images if part.carried)
             tracker.lost(answer.missing)
+            self._tiles.pop(trajectory_id, None)  # what the replica holds of the tiles is unknown now
             return answer
-        self.stats.images_referenced += sum(part.pixels is None for part in request.images)
+        self.stats.images_referenced += sum(not part.carried for part in request.images)
         tracker.shipped(part.content_hash for part in request.images)
         return answer
+
+    def _tile_sender(self, endpoint: Endpoint, trajectory_id: str) -> TileSender | None:
+        tile = self._config.image_tile_px
+        if tile is None or self._config.image_shipping == "full" or not getattr(endpoint, "takes_tiles", False):
+            return None
+        return self._tiles.setdefault(trajectory_id, TileSender(tile))
 
     async def _replica_for(self, trajectory_id: str) -> int:
         self._trackers.setdefault(trajectory_id, DeltaTracker())
@@ -243,14 +267,21 @@ class InferenceClient:
             return float("inf")
 
 
-def _delta_parts(images: Sequence[ContextImage], tracker: DeltaTracker) -> tuple[ImagePart, ...]:
-    """Pixels for the first occurrence of each hash the replica lacks; references otherwise."""
+def image_parts(
+    images: Sequence[ContextImage], tracker: DeltaTracker, tiles: TileSender | None = None
+) -> tuple[ImagePart, ...]:
+    """The first occurrence of each hash the replica lacks carries its image (as the tiles it lacks
+    when ``tiles``, else pixels); the rest are references."""
     sent: set[str] = set()
     parts = []
     for image in images:
-        ship = tracker.needs_pixels(image.content_hash) and image.content_hash not in sent
-        sent.add(image.content_hash)
-        parts.append(
-            ImagePart(image.content_hash, image.width, image.height, image.pixels if ship else None)
-        )
+        key, width, height = image.content_hash, image.width, image.height
+        ship = tracker.needs_pixels(key) and key not in sent
+        sent.add(key)
+        if not ship:
+            parts.append(ImagePart(key, width, height))
+        elif tiles is not None:
+            parts.append(ImagePart(key, width, height, tiles=tiles.encode(key, image.pixels)))
+        else:
+            parts.append(ImagePart(key, width, height, image.pixels))
     return tuple(parts)

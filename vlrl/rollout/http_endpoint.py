@@ -83,6 +83,9 @@ class OpenAIEndpoint:
         def build(self) -> OpenAIEndpoint:
             return OpenAIEndpoint(self)
 
+    takes_tiles = False
+    """The OpenAI API takes whole images (each with its uuid, so a held one is not sent again)."""
+
     def __init__(self, config: OpenAIEndpoint.Config) -> None:
         self._config = config
         self._root = config.base_url.rstrip("/").removesuffix("/v1")

@@ -5,7 +5,8 @@ expanded to each image's token count) and gets back the exact token ids the poli
 their logprobs, so generated text is never re-tokenized. Images travel as a *delta*: an
 ``ImagePart`` carries pixels only the first time a replica sees that content hash in a
 trajectory, and a bare reference afterwards; a replica that lost an image answers ``CacheMiss``
-and the client resends.
+and the client resends. To a replica that takes them, a new image travels as the tiles the replica
+lacks (``tiles``, ``mm.tile_wire``) instead of its pixels.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Literal
 import numpy as np
 
 from vlrl.mm import require_canonical
+from vlrl.mm.tile_wire import TiledImage
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +29,19 @@ class ImagePart:
     width: int
     height: int
     pixels: np.ndarray | None = None
-    """Canonical RGB pixels, or None when the replica already holds this hash."""
+    """Canonical RGB pixels, or None when the replica already holds this hash (or ``tiles`` are sent)."""
+    tiles: TiledImage | None = None
+    """The image as the tiles the replica lacks, against an image it holds (replicas that take tiles)."""
 
     def __post_init__(self) -> None:
+        if self.tiles is not None:
+            if self.pixels is not None:
+                raise ValueError(f"image {self.content_hash}: send pixels or tiles, not both")
+            if (self.tiles.key, self.tiles.height, self.tiles.width) != (self.content_hash, self.height, self.width):
+                raise ValueError(
+                    f"image {self.content_hash} ({self.width}x{self.height}): its tiles are of image"
+                    f" {self.tiles.key} ({self.tiles.width}x{self.tiles.height})"
+                )
         if self.pixels is not None:
             require_canonical(self.pixels)
             if self.pixels.shape[:2] != (self.height, self.width):
@@ -39,7 +51,14 @@ class ImagePart:
                 )
 
     @property
+    def carried(self) -> bool:
+        """Whether the part brings its image (pixels or tiles), rather than naming one held."""
+        return self.pixels is not None or self.tiles is not None
+
+    @property
     def nbytes(self) -> int:
+        if self.tiles is not None:
+            return self.tiles.nbytes
         return 0 if self.pixels is None else int(self.pixels.nbytes)
 
 

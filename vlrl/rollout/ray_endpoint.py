@@ -27,6 +27,9 @@ from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult
 
 
 class RayEndpoint:
+    takes_tiles = True
+    """Every replica actor (embedded or vLLM) assembles tiled images."""
+
     def __init__(self, actor: Any, name: str) -> None:
         self._actor = actor
         self.name = name

@@ -33,10 +33,12 @@ from transformers import AutoProcessor
 
 from encoders.spec import ResolvedEncoder
 from vlrl.mm import patch_rule_of
+from vlrl.mm.tile_wire import TileReceiver
 from vlrl.rollout.engine.images import ImageCache, ProcessedImage, preprocess, preprocess_plug_in
 from vlrl.rollout.engine.prefix import ImageSpan, PrefixCache
 from vlrl.rollout.engine.runner import ModelRunner, Outcome, Sequence
 from vlrl.rollout.engine.sampling import check_sampling
+from vlrl.rollout.engine.tiled_parts import untiled
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
 
 if TYPE_CHECKING:
@@ -102,6 +104,7 @@ class EngineCore:
         self._image_token_id = model_config.image_token_id
         self._vocab_size = model_config.get_text_config().vocab_size
         self._images = ImageCache(int(config.image_cache_mb * 2**20))
+        self._tiles = TileReceiver(int(config.tile_cache_mb * 2**20))
         self._prefixes = PrefixCache(config.max_cached_trajectories)
         self._compute = ThreadPoolExecutor(1, thread_name_prefix="engine-compute")
         self._preprocess = ThreadPoolExecutor(config.preprocess_threads, thread_name_prefix="engine-preprocess")
@@ -263,7 +266,11 @@ class EngineCore:
         return tuple(ImageSpan(start, stop, part.content_hash) for (start, stop), part in zip(runs, request.images))
 
     async def _resolve_images(self, request: GenerateRequest) -> list[ProcessedImage] | CacheMiss:
-        """Each image's processed form: from the cache, else from the pixels sent, else a miss."""
+        """Each image's processed form: from the cache, else from the pixels (or tiles) sent, else a miss."""
+        self._counts.image_bytes_received += request.image_bytes
+        if any(part.tiles is not None for part in request.images):
+            loop = asyncio.get_running_loop()
+            request = await loop.run_in_executor(self._preprocess, untiled, request, self._tiles)
         found: dict[str, ProcessedImage] = {}
         to_process = {}
         missing = []
@@ -277,7 +284,6 @@ class EngineCore:
             else:
                 missing.append(part.content_hash)
                 self._counts.image_cache_misses += 1
-        self._counts.image_bytes_received += request.image_bytes
         loop = asyncio.get_running_loop()
         processed = await asyncio.gather(
             *(loop.run_in_executor(self._preprocess, self._preprocess_image, p) for p in to_process.values())

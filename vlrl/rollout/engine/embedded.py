@@ -46,6 +46,10 @@ class EmbeddedEngine:
         image_cache_mb: Annotated[float, Gt(0)] = 512.0
         """Bound on the processed images kept by content hash (MiB of ``pixel_values``)."""
 
+        tile_cache_mb: Annotated[float, Gt(0)] = 256.0
+        """Bound on the tiles of shipped screens kept by hash (MiB of raw pixels): a later screen
+        arrives as its changed tiles and is assembled against them (``mm.tile_wire``)."""
+
         max_cached_trajectories: Annotated[int, Ge(0)] = 256
         """Trajectories whose KV prefix is kept for their next turn (least recently used dropped; 0: no reuse)."""
 

@@ -33,6 +33,8 @@ import ray
 import torch
 
 from vlrl.config import ConfigError, Ge, Gt, Le, NonEmpty
+from vlrl.mm.tile_wire import TileReceiver
+from vlrl.rollout.engine.tiled_parts import untiled
 from vlrl.rollout.engine.vllm_inputs import (
     PixelCache,
     checked_prompt,
@@ -101,6 +103,10 @@ class VLLMEngine:
         image_cache_mb: Annotated[float, Gt(0)] = 1024.0
         """Bound on the canonical pixels kept by content hash (MiB); a reference to an evicted
         image is answered with ``CacheMiss`` and the client resends it."""
+
+        tile_cache_mb: Annotated[float, Gt(0)] = 256.0
+        """Bound on the tiles of shipped screens kept by hash (MiB of raw pixels): a later screen
+        arrives as its changed tiles and is assembled against them (``mm.tile_wire``)."""
 
         weights_dir: Annotated[str, NonEmpty()] = "/dev/shm"
         """Folder on the engine's node where a weight update is staged as one safetensors file for
@@ -188,6 +194,7 @@ class VLLMEngine:
         args = AsyncEngineArgs(**engine_args(config, model_path=model_path), **config.engine_args)
         self._engine = AsyncLLM.from_engine_args(args)
         self._pixels = PixelCache(int(config.image_cache_mb * 2**20))
+        self._tiles = TileReceiver(int(config.tile_cache_mb * 2**20))
         self._ids = itertools.count()
         self._version = 0
         self._accepted = 0  # answered-or-not calls: what ``load`` reports
@@ -266,6 +273,7 @@ class VLLMEngine:
         try:
             prompt = checked_prompt(request, self._vocab_size)
             self._counts["image_bytes_received"] += request.image_bytes
+            request = untiled(request, self._tiles)
             pixels = resolve_images(request, self._pixels)
             if isinstance(pixels, CacheMiss):
                 self._counts["cache_miss_replies"] += 1

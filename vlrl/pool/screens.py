@@ -1,0 +1,46 @@
+"""Screenshots from an env host to its loop host as the tiles the loop lacks (``mm.tile_wire``).
+
+An env host with ``screen_tile_px`` set keeps a ``TileSender`` per harness lease and returns each
+observation as a ``ShippedObservation``; the tenant's ``EnvSession`` assembles it with its own
+``TileReceiver``. A GUI step changes a few tiles of the screen, so a step's observation costs a
+few kilobytes where a whole 1080p screenshot is 6 MB. A session that cannot assemble one (its
+receiver dropped tiles) asks the host to ``resend`` the screen whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vlrl.harness import Observation
+from vlrl.mm import content_hash
+from vlrl.mm.tile_wire import TiledImage, TileReceiver, TileSender
+
+RECEIVER_MB = 64
+"""Tiles a session keeps (MiB): a 1080p screen is 6 MiB of them, so this holds an episode's
+screens and their changes."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShippedObservation:
+    """An observation whose screenshot travels as tiles."""
+
+    screen: TiledImage
+    goal: str | None
+    a11y_tree: str | None
+    url: str | None
+
+    @classmethod
+    def of(cls, obs: Observation, sender: TileSender) -> ShippedObservation:
+        screen = sender.encode(content_hash(obs.screenshot), obs.screenshot)
+        return cls(screen, obs.goal, obs.a11y_tree, obs.url)
+
+    def observation(self, receiver: TileReceiver) -> Observation | None:
+        """The observation, or None when ``receiver`` lacks some of its tiles."""
+        pixels = receiver.assemble(self.screen)
+        if pixels is None:
+            return None
+        return Observation(screenshot=pixels, goal=self.goal, a11y_tree=self.a11y_tree, url=self.url)
+
+
+def new_receiver() -> TileReceiver:
+    return TileReceiver(RECEIVER_MB * 2**20)
