@@ -18,12 +18,10 @@ def test_policy_rollout_of_the_tiny_model(ray_session):
     figures = summary["sources"]["desktop-click"]
     assert figures["trajectories"] == 4 and figures["failed"] == 0, summary["errors"]
     assert summary["book"]["ok"] == 4 and summary["sequences"] == 4
-    # Each trajectory shipped each of its screenshots once: at least its first screen, at most
-    # one per turn (3 turns of 320x240).
+    # Each trajectory shipped its screenshots as the tiles the engine lacked: its first screen
+    # compressed, then the changed tiles; the four together less than one raw 320x240 screen.
     screen = 320 * 240 * 3
-    assert summary["image_bytes_received"] % screen == 0
-    assert 4 * screen <= summary["image_bytes_received"] <= 4 * 3 * screen
-    assert summary["unique_images"] <= summary["image_bytes_received"] // screen
+    assert 0 < summary["image_bytes_received"] < screen
     assert summary["store_keys_left"] == 0
 
 
