@@ -37,6 +37,9 @@ class StoredTrajectory:
     index: int
     version: int = 0
     always_mixed: bool = False
+    first_turn_version: int | None = None
+    """When set, the episode crossed a weight update: its first turn (two tokens) was sampled by
+    this version, the rest by ``version``."""
 
     def screenshot(self, observed: np.ndarray) -> np.ndarray:
         return observed
@@ -60,12 +63,17 @@ class StoredTrajectory:
                 "loss_mask": np.arange(n) >= prompt,
             },
         )
+        turns: dict[str, Any] = dict(turns=1, context_lengths=(prompt,), policy_version=self.version)
+        if self.first_turn_version is not None:
+            turns = dict(
+                turns=2, context_lengths=(prompt, prompt + 2), policy_version=min(self.first_turn_version, self.version),
+                turn_versions=(self.first_turn_version, self.version), turn_tokens=(2, n - prompt - 2),
+            )  # fmt: skip
         return [
             SeqMeta(
                 key=key, group_id=self.group_id, source=self.source.name, sample_index=self.index,
-                reward=float(success), success=success, finish="done", turns=1, num_tokens=n,
-                num_response_tokens=n - prompt, context_lengths=(prompt,), policy_version=self.version,
-                images=(image,), image_offsets=((1, 0),),
+                reward=float(success), success=success, finish="done", num_tokens=n,
+                num_response_tokens=n - prompt, images=(image,), image_offsets=((1, 0),), **turns,
             )
         ]
 

@@ -165,6 +165,63 @@ def test_surplus_groups_that_grow_stale_are_dropped(parts):
     assert _balanced(driver.book) and store.stats().keys == 0
 
 
+def test_tokens_older_than_the_bound_are_cut_and_counted_and_groups_with_newer_ones_train(parts):
+    pool, store = parts
+    first_turn = [None]  # set: new episodes crossed a weight update (first turn at version 0)
+    version = [0]
+    driver = Driver(
+        Driver.Config(groups_per_batch=1, max_staleness=1, prefetch_batches=2),
+        [A],
+        pool,
+        store,
+        tenant_factory=lambda source, seed, group_id, index: StoredTrajectory(
+            source, seed, group_id, index, version[0], always_mixed=True, first_turn_version=first_turn[0]
+        ),
+    )
+
+    async def main():
+        first = await driver.next_batch(policy_version=0)
+        driver.consumed(first)
+        await asyncio.sleep(1.5)  # the prefetched groups (version 0 only) finish and wait in the buffer
+        version[0], first_turn[0] = 5, 0
+        second = await driver.next_batch(policy_version=5)
+        driver.consumed(second)
+        await driver.close()
+        return second
+
+    second = asyncio.run(main())
+    assert second.min_version == 4
+    assert all(m.turn_versions == (0, 5) for m in second.sequences)  # half stale, half fresh: trained
+    assert driver.book.stale_tokens == 2 * len(second.sequences)  # the version-0 turn of each
+    assert driver.book.stale >= 1  # the buffered groups with no token newer than version 0
+    assert _balanced(driver.book) and store.stats().keys == 0
+
+
+def test_finished_groups_launch_the_next_while_the_trainer_works(parts):
+    pool, store = parts
+    driver = Driver(
+        Driver.Config(groups_per_batch=1, prefetch_batches=2),
+        [A],
+        pool,
+        store,
+        tenant_factory=lambda source, seed, group_id, index: StoredTrajectory(source, seed, group_id, index, always_mixed=True),
+    )
+
+    async def main():
+        batch = await driver.next_batch(policy_version=0)  # launched 3 groups (1 + 2 ahead) and took 1
+        await asyncio.sleep(1.5)  # "training": no call into the driver
+        generated = driver.book.generated
+        driver.consumed(batch)
+        await driver.close()
+        return generated
+
+    generated = asyncio.run(main())
+    # The two groups in flight finished during the pause, and the first to finish launched a
+    # fourth to keep three batches' worth ahead; more would pass the prefetch bound.
+    assert generated == 4
+    assert _balanced(driver.book) and store.stats().keys == 0
+
+
 class LateJudge:
     """Gives every group one winner (so all are informative), after a delay."""
 

@@ -1,6 +1,7 @@
 """The inference client against the real embedded engine: evictions and a replica restart in the
 middle of a trajectory are survived by resending, never by failing the rollout; screens shipped as
-tiles give the replies whole pixels give."""
+tiles give the replies whole pixels give; a trajectory across a weight update records each
+turn's version and logprobs."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import asyncio
 import numpy as np
 import pytest
 
+from tests.reference_logprobs import reference_logprobs
 from vlrl.mm import patch_rule_of
+from vlrl.models import build_tiny
 from vlrl.rollout.chat import ChatFormat, ChatTurn
 from vlrl.rollout.client import BadRequestError, ContextImage, InferenceClient
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.protocol import SamplingParams
 from vlrl.rollout.ray_endpoint import RayEndpoint
+from vlrl.rollout.trajectory import Trajectory
+from vlrl.store import LocalStore
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -117,3 +122,49 @@ def test_an_error_raised_inside_the_engine_reaches_the_caller_whole(ray_session,
         assert "\x1b[" not in message and "ray::" not in message and "pid=" not in message
     finally:
         ray_session.kill(engine)
+
+
+def test_a_trajectory_across_a_weight_update_records_each_turns_version(ray_session, tiny_path, processor, tmp_path):
+    """Turn 1 on the starting weights, then a push of other weights, then turns 2 and 3 of the
+    same trajectory: the sequence names both versions per turn, and each turn's stored logprobs
+    are those of the weights that sampled it."""
+    from transformers import Qwen2VLForConditionalGeneration
+
+    engine = EmbeddedEngine.Config(cpus=0).build(model_path=str(tiny_path))
+    newer = build_tiny("qwen2_vl", tmp_path / "newer", seed=7)
+    chat, screens, turns, trajectory = _chat(processor), _gui_screens(3), [], Trajectory("traj")
+    client = InferenceClient([RayEndpoint(engine, "engine")])
+    sampling = SamplingParams(temperature=1.0, max_tokens=4, stop_token_ids=chat.stop_token_ids, seed=0)
+
+    async def turn(index: int) -> None:
+        turns.append(ChatTurn("Click OK." if index == 0 else "", (320, 240)))
+        context = chat.context(turns)
+        trajectory.set_context(context, screens[: index + 1])
+        result = await client.generate("traj", trajectory.current.prompt_array(), screens[: index + 1], sampling, request_id=f"r{index}")
+        trajectory.add_generated(result)
+        turns[-1].answer, turns[-1].answer_stopped = [int(t) for t in result.token_ids], result.finish_reason == "stop"
+
+    try:
+        asyncio.run(turn(0))
+        ray_session.get(engine.update_weights.remote(Qwen2VLForConditionalGeneration.from_pretrained(newer).state_dict(), 1))
+        asyncio.run(turn(1))
+        asyncio.run(turn(2))
+    finally:
+        ray_session.kill(engine)
+    store = LocalStore()
+    (meta,) = trajectory.finish(
+        store, key="seq/traj", group_id="g", source="s", sample_index=0, reward=0.0, success=False,
+        finish="max_turns", patch_rule=patch_rule_of(processor),
+    )  # fmt: skip
+    assert meta.turn_versions == (0, 1, 1) and meta.policy_version == 0 and meta.newest_version == 1
+    assert meta.tokens_older_than(1) == meta.turn_tokens[0] > 0
+    payload = store.get([meta.key])[meta.key]
+    first = np.zeros(meta.num_tokens - 1, bool)  # logprob positions t - 1 of the first turn's tokens
+    first[meta.context_lengths[0] - 1 : meta.context_lengths[0] - 1 + meta.turn_tokens[0]] = True
+    later = payload["loss_mask"][1:] & ~first
+    stored = payload["logprobs"][1:]
+    old, new = (Qwen2VLForConditionalGeneration.from_pretrained(p).eval() for p in (tiny_path, newer))
+    old_lp, new_lp = reference_logprobs(old, processor, store, meta), reference_logprobs(new, processor, store, meta)
+    np.testing.assert_allclose(old_lp[first], stored[first], atol=2e-4)
+    np.testing.assert_allclose(new_lp[later], stored[later], atol=2e-4)
+    assert np.abs(new_lp[first] - stored[first]).max() > 1e-2  # the two weights really differ here

@@ -5,15 +5,17 @@ sequence, on packed multi-turn sequences whose images straddle CP and TP borders
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tests.train.trainer_workload import make_workload, reference_step
+from tests.train.trainer_workload import Workload, make_workload, reference_step
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.trainer import Trainer
@@ -34,7 +36,8 @@ def trainer_config(loss: PolicyLoss.Config = LOSS, reference: str | None = None)
 
 
 def _rank_main(
-    rank: int, world: int, layouts, model_path: str, work_file: str, rdzv: str, out_file: str, config: Trainer.Config
+    rank: int, world: int, layouts, model_path: str, work_file: str, rdzv: str, out_file: str, config: Trainer.Config,
+    min_version: int | None = None,
 ) -> None:
     dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world, timeout=timedelta(seconds=180))
     with open(work_file, "rb") as f:
@@ -44,7 +47,7 @@ def _rank_main(
     try:
         for shape in layouts:
             trainer = config.build(model_path=model_path, store=store, layout=Layout(*shape))
-            metrics = trainer.forward_backward(work.metas)
+            metrics = trainer.forward_backward(work.metas, min_version)
             grads = {}
             for name, param in trainer.model.model.named_parameters():
                 grad = param.grad
@@ -63,11 +66,14 @@ def _rank_main(
             pickle.dump(results, f)
 
 
-def _run(tmp_path, world: int, layouts, model_path, work, config: Trainer.Config | None = None):
+def _run(tmp_path, world: int, layouts, model_path, work, config: Trainer.Config | None = None, min_version=None):
     work_file = tmp_path / "work.pkl"
     work_file.write_bytes(pickle.dumps(work))
     out = tmp_path / "out.pkl"
-    args = (world, layouts, str(model_path), str(work_file), str(tmp_path / "rdzv"), str(out), config or trainer_config())
+    args = (
+        world, layouts, str(model_path), str(work_file), str(tmp_path / "rdzv"), str(out), config or trainer_config(),
+        min_version,
+    )  # fmt: skip
     mp.spawn(_rank_main, args=args, nprocs=world)
     return pickle.loads(out.read_bytes())
 
@@ -144,6 +150,43 @@ def test_tis_and_the_kl_penalty_match_single_process(tiny_path, kl_reference, tm
         _assert_matches(shape, results[shape], *want)
         metrics = results[shape][0]
         assert metrics["ref_kl"] > 0.01 and 0 < metrics["tis_truncated_frac"] < 1
+
+
+def _spanning_a_weight_update(work: Workload) -> tuple[Workload, Workload, int]:
+    """``work`` as episodes that crossed a weight update: each response's first part sampled by
+    version 3, the rest by version 4; and the same rows with the version-3 tokens' loss mask
+    cleared by hand (what a cut at version 4 must train), and how many tokens that clears."""
+    spanning, masked, cleared = [], {}, 0
+    for meta in work.metas:
+        row = work.rows[meta.key]
+        start = int(np.flatnonzero(row["loss_mask"])[0])
+        first = (meta.num_response_tokens + 1) // 2
+        spanning.append(replace(
+            meta, turns=2, context_lengths=(start, start + first), policy_version=3, turn_versions=(3, 4),
+            turn_tokens=(first, meta.num_response_tokens - first),
+        ))  # fmt: skip
+        mask = row["loss_mask"].copy()
+        mask[start : start + first] = False
+        masked[meta.key] = {**row, "loss_mask": mask}
+        cleared += first
+    return Workload(spanning, work.rows, work.images), Workload(work.metas, masked, work.images), cleared
+
+
+@pytest.mark.parametrize("world, layouts", [(1, [(1, 1, 1)]), pytest.param(2, [(1, 2, 1), (1, 1, 2)], marks=pytest.mark.slow)])
+def test_tokens_older_than_the_staleness_bound_leave_the_loss_exactly(tiny_path, reference, tmp_path, world, layouts):
+    """Sequences whose turns two policy versions sampled, trained with ``min_version`` = the newer:
+    the loss, gradients and weights are those of the same rows with the older turn's tokens
+    masked by hand (so denominators count only the kept tokens), on every layout."""
+    work = reference[0]
+    spanning, masked, cleared = _spanning_a_weight_update(work)
+    config = trainer_config()
+    want = reference_step(tiny_path, masked, LOSS, lr=config.lr, betas=config.betas, max_grad_norm=config.max_grad_norm)
+    moved = max(float((want[1][n] - g).abs().max()) for n, g in reference[2].items())
+    assert moved > 1e-4  # the cut changes the gradients far beyond the tolerance: the comparison means something
+    results = _run(tmp_path, world, layouts, tiny_path, spanning, config, min_version=4)
+    for shape in layouts:
+        _assert_matches(shape, results[shape], *want)
+        assert results[shape][0]["stale_tokens"] == cleared
 
 
 def _two_steps_main(rank: int, model_path: str, work_file: str, rdzv: str, out_file: str) -> None:

@@ -4,7 +4,12 @@ It keeps groups of Agent Loops running on the Harness Pool, receives each finish
 ``SeqMeta`` (payloads are in the store), optionally has the group graded asynchronously, runs the
 accept-time hook, and buffers accepted groups per data source. A batch is yielded when every
 source has contributed its share; surplus groups wait for the next batch unless they grow staler
-than ``max_staleness`` policy versions. The driver owns key lifetimes: rejected, dropped, failed
+than ``max_staleness`` policy versions. Rollouts keep running while the trainer works: a group
+that finishes launches the next, up to ``prefetch_batches`` batches ahead, so rollout, training
+and weight sync overlap. An episode in flight across a weight update continues on the new
+weights; staleness is bounded per token: a batch names the oldest version it may train
+(``Batch.min_version``), the trainer leaves older tokens out of the loss, and the books count
+them (``stale_tokens``); a group all of whose tokens are older leaves as stale. The driver owns key lifetimes: rejected, dropped, failed
 and stale groups are deleted at once, consumed ones when the trainer is done with them; each
 deleted sequence drops its references to its images (as ``mm.delete_sequences``), so an image key
 shared by many groups goes with the last sequence that names it.
@@ -63,6 +68,9 @@ class DriverBook:
     stale: int = 0
     graded: int = 0
     trained: int = 0
+    stale_tokens: int = 0
+    """Generated tokens of trained groups left out of the loss: sampled by a policy version
+    older than their batch's ``min_version``."""
     reasons: Counter[str] = field(default_factory=Counter)
 
     @property
@@ -80,6 +88,7 @@ class DriverBook:
             "stale": self.stale,
             "pending": self.pending,
             "trained": self.trained,
+            "stale_tokens": self.stale_tokens,
             "reasons": dict(self.reasons.most_common(8)),
         }
 
@@ -97,15 +106,18 @@ class Driver:
         """Accepted groups per training batch, split among sources by their batch shares."""
 
         max_staleness: Annotated[int, Ge(0)] = 1
-        """Policy versions an accepted group may lag behind the trainer and still be trained."""
+        """Policy versions a token may lag behind the trainer and still be trained: older tokens of a
+        batch carry no loss (counted in ``stale_tokens``), and a group with no newer token leaves
+        as stale."""
 
         max_groups_in_flight: Annotated[int, Ge(1)] = 16
         """Groups launched and not yet decided, over all sources: rolling out or waiting on the
         grader, so a slow or hung judge holds back new rollouts instead of letting them pile up."""
 
         prefetch_batches: Annotated[int, Ge(0)] = 1
-        """Batches of groups kept in flight or buffered ahead of the one being filled, so rollouts
-        for the next batch run while the trainer works (0: only what the current batch needs)."""
+        """Batches of groups kept in flight or buffered ahead of the one being filled; a group that
+        finishes while the trainer works launches the next, so rollouts run through training and
+        weight sync (0: only what the current batch needs, rollout and training in turn)."""
 
         hook: GroupHook.Config = field(default_factory=GroupHook.Config)
         """Sampling, penalties and advantages applied to each finished group."""
@@ -171,6 +183,7 @@ class Driver:
         self._grading_waiter: asyncio.Task[Any] | None = None
         self._step = 0
         self._version = 0
+        self._closing = False
 
     async def next_batch(self, policy_version: int) -> Batch:
         """Run rollouts until every source has its share of accepted groups, then yield a batch."""
@@ -184,7 +197,7 @@ class Driver:
                 if lost == 0:
                     groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
                     self._step += 1
-                    return Batch(self._step, groups)
+                    return Batch(self._step, groups, min_version=policy_version - self.config.max_staleness)
                 if lost is None:  # the store did not answer: look again after a pause, a bounded number of times
                     unchecked += 1
                     if unchecked > self.config.hook_retries:
@@ -242,10 +255,13 @@ class Driver:
         """The trainer is done with ``batch``: delete its keys (and images nobody needs any more)."""
         self._delete(batch.sequences)
         self.book.trained += len(batch.groups)
+        if batch.min_version is not None:
+            self.book.stale_tokens += sum(meta.tokens_older_than(batch.min_version) for meta in batch.sequences)
 
     async def close(self) -> None:
         """Let rollouts and grading in flight finish (their tenants would otherwise still write),
         then delete every key the driver still holds: nothing outlives the run."""
+        self._closing = True  # a group finishing now launches no other
         await asyncio.gather(*self._tasks)
         if self.grader is not None:
             if self._grading_waiter is not None:
@@ -266,6 +282,8 @@ class Driver:
 
     def _launch(self) -> None:
         """Start groups for sources still short of their share, within the in-flight bound."""
+        if self._closing:
+            return
         for name, quota in self.quotas.items():
             while (
                 self._undecided() < self.config.max_groups_in_flight
@@ -277,6 +295,10 @@ class Driver:
                 task.add_done_callback(self._tasks.discard)
 
     async def _run_group(self, source: DataSource) -> None:
+        await self._play_group(source)
+        self._launch()  # keep the pipeline full, even while the trainer works
+
+    async def _play_group(self, source: DataSource) -> None:
         seed = self._next_seed[source.name]
         self._next_seed[source.name] += 1
         group_id = f"{source.name}/{seed}"
@@ -363,13 +385,15 @@ class Driver:
         self._buffer[source].append(AcceptedGroup(decision.group_id, source, metas, decision, version))
 
     def _drop_stale(self) -> None:
+        """Drop the buffered groups none of whose tokens is recent enough to train."""
         oldest = self._version - self.config.max_staleness
-        for name, buffered in self._buffer.items():
-            while buffered and buffered[0].policy_version < oldest:
-                group = buffered.popleft()
+        for buffered in self._buffer.values():
+            for group in [g for g in buffered if max(m.newest_version for m in g.metas) < oldest]:
+                buffered.remove(group)
                 self._delete(group.metas)
                 self.book.accepted -= 1
-                self._leave("stale", f"policy version {group.policy_version} older than {oldest}")
+                newest = max(m.newest_version for m in group.metas)
+                self._leave("stale", f"policy version {newest} (its newest) older than {oldest}")
 
     async def _hook_with_retries(self, metas: tuple[SeqMeta, ...]) -> Any:
         """The hook's decision; a store error is retried with doubling back-off, a lost shard is not."""

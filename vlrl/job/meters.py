@@ -8,7 +8,7 @@ rate it reports is that of all rollouts, not only of the groups that made it int
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 from vlrl.control.driver import DriverBook
@@ -85,7 +85,10 @@ def batch_metrics(batch: Batch, version: int) -> dict[str, float]:
         "batch/tokens": sum(m.num_tokens for m in sequences),
         "batch/reward": sum(m.reward for m in sequences) / max(len(sequences), 1),
         "batch/staleness": sum(version - g.policy_version for g in batch.groups) / max(len(batch.groups), 1),
+        "batch/spanning_sequences": sum(len(set(m.turn_versions)) > 1 for m in sequences),
     }
+    for lag, tokens in sorted(staleness_histogram(batch, version).items()):
+        out[f"batch/tokens_lag{lag}"] = tokens
     for name, groups in batch.per_source().items():
         out[f"batch/{name}/groups"] = groups
     return out
@@ -94,3 +97,13 @@ def batch_metrics(batch: Batch, version: int) -> dict[str, float]:
 def book_metrics(book: DriverBook) -> dict[str, float]:
     """The driver's group books since the run started."""
     return {f"groups/{k}": v for k, v in book.report().items() if k != "reasons"}
+
+
+def staleness_histogram(batch: Batch, version: int) -> dict[int, int]:
+    """Generated tokens of ``batch`` by how many versions their sampling policy lags ``version``."""
+    lags: Counter[int] = Counter()
+    for meta in batch.sequences:
+        turns = list(zip(meta.turn_versions, meta.turn_tokens)) or [(meta.policy_version, meta.num_response_tokens)]
+        for sampled, tokens in turns:
+            lags[version - sampled] += tokens
+    return dict(lags)

@@ -5,6 +5,7 @@ One RL step, as ``TrainJob._rl`` runs it::
 
     batch   <- driver.next_batch(version)        rollouts until every source has its share
     metrics <- trainer.step(batch.sequences)      ranks fetch their rows and pixels from the store
+                                                  (rollouts for the next batches keep running)
     driver.consumed(batch)                        the batch's keys are deleted
     trainer.push_weights(engines, version + 1)    through the Ray object store
     log, maybe evaluate, maybe checkpoint
@@ -64,7 +65,7 @@ async def train_on(batch: Batch, driver: Driver, group: TrainerGroup, version: i
     retries = 0
     while True:
         try:
-            return batch, await asyncio.to_thread(group.step, batch.sequences)
+            return batch, await asyncio.to_thread(group.step, batch.sequences, batch.min_version)
         except StepInputsLost:
             retries += 1
             if retries > STEP_INPUT_RETRIES:

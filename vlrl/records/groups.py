@@ -78,6 +78,8 @@ class Batch:
     """The training step it is for, from 1."""
     groups: tuple[AcceptedGroup, ...]
     """Its groups, source by source."""
+    min_version: int | None = None
+    """Oldest policy version whose tokens it trains (None: all): older tokens carry no loss."""
 
     @property
     def sequences(self) -> list[SeqMeta]:

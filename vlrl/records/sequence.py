@@ -46,6 +46,13 @@ class SeqMeta:
     """Context length (tokens) at each request to the policy, in order."""
     policy_version: int
     """Oldest policy version that sampled any of its tokens."""
+    turn_versions: tuple[int, ...] = ()
+    """The policy version that sampled each turn's tokens, per request in order (an episode in
+    flight across a weight update continues on the new weights, so its turns differ); () when
+    every turn is ``policy_version``."""
+    turn_tokens: tuple[int, ...] = ()
+    """Tokens the policy generated at each request, in order; they start at that request's
+    ``context_lengths`` entry. () with ``turn_versions`` ()."""
     images: tuple[MMItemMeta, ...] = ()
     """Unique images of the sequence."""
     image_offsets: tuple[tuple[int, int], ...] = ()
@@ -67,9 +74,30 @@ class SeqMeta:
             )
         if any(not 0 < n <= self.num_tokens for n in self.context_lengths):
             raise ValueError(f"SeqMeta.context_lengths={self.context_lengths}; expected values in 1..{self.num_tokens}")
+        if (self.turn_versions or self.turn_tokens) and not (
+            len(self.turn_versions) == len(self.turn_tokens) == len(self.context_lengths)
+            and sum(self.turn_tokens) == self.num_response_tokens
+            and min(self.turn_versions) == self.policy_version
+        ):
+            raise ValueError(
+                f"SeqMeta.turn_versions={self.turn_versions}, turn_tokens={self.turn_tokens}; expected one each per"
+                f" request ({len(self.context_lengths)}), tokens summing to num_response_tokens="
+                f"{self.num_response_tokens} and the oldest version equal to policy_version={self.policy_version}"
+            )
         for offset, index in self.image_offsets:
             if not (0 <= offset < self.num_tokens and 0 <= index < len(self.images)):
                 raise ValueError(
                     f"SeqMeta.image_offsets has ({offset}, {index}); expected offset < {self.num_tokens} "
                     f"and index < {len(self.images)}"
                 )
+
+    @property
+    def newest_version(self) -> int:
+        """Newest policy version that sampled any of its tokens."""
+        return max(self.turn_versions, default=self.policy_version)
+
+    def tokens_older_than(self, version: int) -> int:
+        """Generated tokens sampled by a policy version older than ``version``."""
+        if not self.turn_versions:
+            return self.num_response_tokens if self.policy_version < version else 0
+        return sum(n for v, n in zip(self.turn_versions, self.turn_tokens) if v < version)

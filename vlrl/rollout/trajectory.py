@@ -37,6 +37,8 @@ class Sequence:
     image_offsets: list[int] = field(default_factory=list)
     context_lengths: list[int] = field(default_factory=list)
     policy_versions: list[int] = field(default_factory=list)
+    generated: list[int] = field(default_factory=list)
+    """Tokens generated at each request."""
     extras: dict[str, list[tuple[int, np.ndarray]]] = field(default_factory=dict)
 
     def extends_to(self, context: Segment, images: list[ContextImage]) -> bool:
@@ -65,6 +67,7 @@ class Sequence:
             earlier.append((len(self.token_ids), values))
         self.context_lengths.append(len(self.token_ids))
         self.policy_versions.append(result.policy_version)
+        self.generated.append(len(result.token_ids))
         self.token_ids += [int(t) for t in result.token_ids]
         self.logprobs += [float(p) for p in result.logprobs]
         self.loss_mask += [True] * len(result.token_ids)
@@ -185,6 +188,8 @@ class _SequenceWrite:
             num_response_tokens=sum(sequence.loss_mask),
             context_lengths=tuple(sequence.context_lengths),
             policy_version=min(sequence.policy_versions),
+            turn_versions=tuple(sequence.policy_versions),
+            turn_tokens=tuple(sequence.generated),
             images=tuple(describe_image(p, rule=patch_rule) for p in pixels),
             image_offsets=tuple(
                 (offset, hashes.index(image.content_hash))

@@ -47,6 +47,7 @@ from vlrl.train.mrope import sequence_mrope
 from vlrl.train.packed_attention import PackedMask
 from vlrl.train.parallel import Parallel
 from vlrl.train.policy_model import PolicyModel
+from vlrl.train.stale_tokens import cut_stale
 from vlrl.train.step_images import step_images
 from vlrl.train.targets import MicroBatchInputs, micro_batch_inputs
 
@@ -154,18 +155,19 @@ class Trainer:
 
     # ---- the step
 
-    def step(self, metas: Sequence[SeqMeta]) -> dict[str, float]:
+    def step(self, metas: Sequence[SeqMeta], min_version: int | None = None) -> dict[str, float]:
         """One optimizer step on the sequences ``metas`` (payloads in the store); the returned
-        metrics are the same on every rank. Collective."""
+        metrics are the same on every rank. Tokens sampled by a policy version older than
+        ``min_version`` carry no loss (``stale_tokens``). Collective."""
         start = time.perf_counter()
-        metrics = self.forward_backward(metas)
+        metrics = self.forward_backward(metas, min_version)
         metrics["grad_norm"] = self.apply_gradients()
         metrics["step"] = self.step_count
         metrics["step_s"] = time.perf_counter() - start
         metrics["tokens_per_s"] = metrics["real_tokens"] / metrics["step_s"]
         return metrics
 
-    def forward_backward(self, metas: Sequence[SeqMeta]) -> dict[str, float]:
+    def forward_backward(self, metas: Sequence[SeqMeta], min_version: int | None = None) -> dict[str, float]:
         """The step's loss and gradients (summed over ranks, encoder included), not yet applied."""
         by_key = {m.key: m for m in metas}
         plan = self.planner.plan(metas, self.layout.dp)
@@ -190,7 +192,7 @@ class Trainer:
                 failure = error
             self._agree_inputs_read(failure, f"micro-batch {i}")
             inputs.append(micro_batch_inputs(
-                window, mb, self.layout, cp, tp, tables,
+                cut_stale(window, mb, by_key, min_version), mb, self.layout, cp, tp, tables,
                 image_token_id=self.model.image_token_id, cp_group=self.parallel.cp_group,
             ))  # fmt: skip
             del window
@@ -224,6 +226,7 @@ class Trainer:
             real_tokens=sum(mb.num_tokens for batches in plan.ranks for mb in batches),
             micro_batches=plan.num_micro_batches,
             encoded_images=self._sum(encoded.stats.images),
+            stale_tokens=0 if min_version is None else sum(m.tokens_older_than(min_version) for m in metas),
         )
         return metrics
 

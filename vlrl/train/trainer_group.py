@@ -79,8 +79,8 @@ class TrainerWorker:
         self.trainer = config.build(model_path=model_path, store=store_config.build(), layout=layout, encoder=plug_in)
         return sum(p.numel() for p in self.trainer.model.parameters())
 
-    def step(self, metas: list[SeqMeta]) -> dict[str, float]:
-        return self.trainer.step(metas)
+    def step(self, metas: list[SeqMeta], min_version: int | None = None) -> dict[str, float]:
+        return self.trainer.step(metas, min_version)
 
     def weights(self) -> dict | None:
         """Rank 0 returns every weight (Ray stores the result in the object store); others None."""
@@ -153,14 +153,15 @@ class TrainerGroup:
         ]
         self.parameters = ray.get(setups)[0]
 
-    def step(self, metas: list[SeqMeta]) -> dict[str, float]:
+    def step(self, metas: list[SeqMeta], min_version: int | None = None) -> dict[str, float]:
         """One optimizer step on ``metas`` (every rank gets the same metadata); rank 0's metrics.
+        Tokens sampled by a policy version older than ``min_version`` carry no loss.
         ``StepInputsLost`` when the ranks could not read the step's payload: every rank has then
         stopped before any gradient, and the step may be run again on other sequences."""
         import ray
         from ray.exceptions import RayTaskError
 
-        refs = [w.step.remote(list(metas)) for w in self.workers]
+        refs = [w.step.remote(list(metas), min_version) for w in self.workers]
         try:
             return ray.get(refs)[0]
         except RayTaskError as error:

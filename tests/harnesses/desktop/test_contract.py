@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from vlrl.harness import Action, ActionError, HarnessError, check_harness, make
-
 from harnesses.desktop import DesktopHarness
+from vlrl.harness import Action, ActionError, HarnessError, check_harness, make
 
 
 def test_shared_checker_passes():

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from vlrl.harness import Action
-
 from harnesses.desktop.geometry import Rect
 from harnesses.desktop.interaction import apply
 from harnesses.desktop.widgets import Button, Checkbox, Icon, ListBox, Menu, Slider, TextField, Window
+from vlrl.harness import Action
 
 
 def test_typing_goes_to_the_focused_field(scene, window):

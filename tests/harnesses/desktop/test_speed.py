@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import time
 
-from vlrl.harness import Action
-
 from harnesses.desktop import DesktopHarness
+from vlrl.harness import Action
 
 
 def test_report_reset_and_step_times(capsys):

@@ -8,10 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from vlrl.harness import Action
-
 from harnesses.desktop import DesktopHarness
 from harnesses.desktop.tasks.base import click, on_icon
+from vlrl.harness import Action
 
 FAMILIES = DesktopHarness.tasks
 SEEDS = range(20)
