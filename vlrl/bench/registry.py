@@ -62,6 +62,11 @@ BENCHMARKS: dict[str, Benchmark] = {
             "vlrl.bench.chaos_bench",
         ),
         Benchmark(
+            "async",
+            "synchronous vs asynchronous RL (overlap, partial rollouts, per-token staleness): step time, success",
+            "vlrl.bench.async_bench",
+        ),
+        Benchmark(
             "tiles",
             "screenshots stored and shipped as content-addressed tiles on real trajectories: bytes vs raw and PNG,"
             " fetch vs PNG decode, bytes shipped per turn",

@@ -51,6 +51,10 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("books_exact", "runs whose group books balanced after every step"),
         ("keys_left", "store keys left after close, all runs together (0: nothing leaked)"),
     ),
+    "async": (
+        ("*speedup", "RL wall time, synchronous / asynchronous (same steps, same warm start)"),
+        ("*success_*", "held-out success after the same steps"),
+    ),
     "tiles": (
         ("stored_over_png*", "bytes the store holds as tiles / one PNG per distinct image"),
         ("fetch_over_png_decode*", "fetching one image from the store / decoding its PNG (median)"),

@@ -1,0 +1,160 @@
+"""``vlrl bench async``: synchronous and asynchronous RL side by side, on the main job's loop.
+
+Every run starts from one warm start (the main job's, run once here) and trains the same steps
+on the same task seeds; only the driver differs:
+
+- ``sync``: ``prefetch_batches=0``, ``max_staleness=0``. A batch's rollouts all finish, then the
+  step trains, then the weights go to the engine; no rollout runs meanwhile, so a step costs its
+  slowest episode plus training plus weight sync, one after the other.
+- ``async``: ``prefetch_batches=1``, ``max_staleness=2``. Rollouts keep running through training
+  and weight sync (a finished group launches the next); an episode in flight at a weight update
+  continues on the new weights, its turns recording their versions; tokens more than two versions
+  old are cut from the loss and counted.
+
+Two configurations: ``main`` (the main job's click-target episodes: one turn) and ``long``
+(click-target episodes of up to 15 turns on a desktop whose every reset and step takes a
+lognormal time, median 1 s, as a real application's I/O does; every group is trained, since
+with fifteen tries most groups pass whole, so ``long`` measures throughput and staleness, and its
+success stays near the warm start's). Each run reports
+``step_s`` (``time/step_s`` of its RL steps, ``{min, median, max}``), ``rl_wall_s``, the
+staleness histogram (generated tokens trained by how many versions their sampling policy lagged)
+and the held-out success at the end (the job's final evaluation). Per configuration:
+``speedup`` (sync over async RL wall time), ``success_sync``, ``success_async``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import tempfile
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from harnesses.desktop.harness import DesktopHarness
+from vlrl.harness import register
+
+SIZES = {
+    "small": {
+        "steps": 3, "warm_steps": 20, "warm_episodes": 64, "eval_episodes": 8, "configs": ("long",),
+        "turns": 6, "group_size": 4, "groups_per_batch": 4,
+    },
+    "full": {
+        "steps": 20, "warm_steps": 250, "warm_episodes": 512, "eval_episodes": 200, "configs": ("main", "long"),
+        "turns": 15, "group_size": 8, "groups_per_batch": 8,
+    },
+}  # fmt: skip
+LATENCY_MEDIAN_S = 1.0
+LATENCY_SIGMA = 0.8
+MAIN_RECIPE = Path(__file__).resolve().parents[2] / "examples" / "train_click.py"
+MODES = {
+    "sync": {"prefetch_batches": 0, "max_staleness": 0},
+    "async": {"prefetch_batches": 1, "max_staleness": 2},
+}
+
+
+class LatencyDesktop(DesktopHarness):
+    """The desktop harness with a lognormal delay on every reset and step, drawn from the episode
+    seed (the same delays in every run): what a real application's I/O costs."""
+
+    def __init__(self, *, latency_median_s: float = LATENCY_MEDIAN_S, latency_sigma: float = LATENCY_SIGMA, **settings):
+        super().__init__(**settings)
+        self._median, self._sigma = latency_median_s, latency_sigma
+        self._rng = random.Random(0)
+
+    def reset(self, *, seed=None, options=None):
+        self._rng = random.Random(seed)
+        self._wait()
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self._wait()
+        return super().step(action)
+
+    def _wait(self) -> None:
+        time.sleep(self._median * self._rng.lognormvariate(0.0, self._sigma))
+
+
+register("desktop-latency", "vlrl.bench.async_bench:LatencyDesktop")
+
+
+def run(size: str = "small") -> dict[str, Any]:
+    shape = SIZES[size]
+    with tempfile.TemporaryDirectory(prefix="vlrl-bench-async-") as folder:
+        root = Path(folder)
+        policy = _warm_start(root, shape)
+        configs: dict[str, Any] = {}
+        for name in shape["configs"]:
+            runs = {mode: _train(root / f"{name}-{mode}", name, mode, policy, shape) for mode in MODES}
+            configs[name] = {
+                **runs,
+                "speedup": runs["sync"]["rl_wall_s"] / runs["async"]["rl_wall_s"],
+                "success_sync": runs["sync"]["success"],
+                "success_async": runs["async"]["success"],
+            }
+    return {"steps": shape["steps"], "configs": configs}
+
+
+def _recipe(run_dir: Path, shape: dict[str, Any]):
+    from vlrl.config import load_recipe
+
+    if not MAIN_RECIPE.exists():
+        raise FileNotFoundError(f"vlrl bench async runs the main job's recipe {MAIN_RECIPE}: run it from a checkout")
+    config = load_recipe(str(MAIN_RECIPE))
+    config.run_dir = str(run_dir)
+    config.eval = replace(config.eval, episodes=shape["eval_episodes"], every=0, chance=False)
+    config.checkpoint_every = 0
+    config.plots = config.tensorboard = False
+    config.progress = replace(config.progress, enabled=False)
+    return config
+
+
+def _warm_start(root: Path, shape: dict[str, Any]) -> str:
+    """The main job's warm start, run once; its checkpoint is every run's starting policy."""
+    config = _recipe(root / "warm", shape)
+    config.warm_start = replace(config.warm_start, episodes=shape["warm_episodes"], steps=shape["warm_steps"])
+    config.steps = 0
+    config.build().run()
+    return str(root / "warm" / "checkpoints" / "warm-start" / "hf")
+
+
+def _train(run_dir: Path, name: str, mode: str, policy: str, shape: dict[str, Any]) -> dict[str, Any]:
+    from vlrl.pool import HostBudget, HostConfig
+
+    config = _recipe(run_dir, shape)
+    config.model_path, config.warm_start, config.steps = policy, None, shape["steps"]
+    config.driver = replace(config.driver, **MODES[mode])
+    if name == "long":
+        source = config.sources[0]
+        source.codebase = "desktop-latency"
+        source.agent = replace(source.agent, max_turns=shape["turns"])
+        source.group_size = shape["group_size"]
+        config.driver = replace(config.driver, groups_per_batch=shape["groups_per_batch"])
+        config.pool.budget = HostBudget(total_hosts=3, shares={"loop": 1, "desktop-latency": 2})
+        config.pool.env_host = HostConfig(max_tenants=64, threads=64)  # a delay holds a thread, not a core
+        config.trainer.trainer.micro_batches = replace(config.trainer.trainer.micro_batches, max_tokens_per_micro_batch=8192)
+        # Fifteen tries make most groups all-pass (and an untrained policy all-fail): train every
+        # group, so that both modes take the same steps on the same groups' worth of episodes.
+        hook = config.driver.hook
+        sampler = replace(hook.sampler, include_min=True, include_max=True)
+        config.driver = replace(config.driver, hook=replace(hook, sampler=sampler, drop_zero_advantage=False))
+    summary = config.build().run()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r.get("phase") == "rl"]
+    lags: Counter[int] = Counter()
+    for record in steps:
+        for key, tokens in record.items():
+            if key.startswith("batch/tokens_lag"):
+                lags[int(key.removeprefix("batch/tokens_lag"))] += int(tokens)
+    times = [r["time/step_s"] for r in steps]
+    return {
+        "step_s": {"min": min(times), "median": statistics.median(times), "max": max(times)},
+        "rl_wall_s": sum(times),
+        "staleness_tokens": {str(lag): lags[lag] for lag in sorted(lags)},
+        "stale_tokens_cut": steps[-1].get("groups/stale_tokens", 0),
+        "spanning_sequences": sum(int(r.get("batch/spanning_sequences", 0)) for r in steps),
+        "success": summary["success_last"],
+    }
