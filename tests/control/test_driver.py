@@ -136,18 +136,26 @@ def test_a_batch_that_never_fills_stops_the_driver_with_the_reasons(parts):
     assert _balanced(book) and store.stats().keys == 0
 
 
-def test_surplus_groups_that_grow_stale_are_dropped(parts):
+def _staleness_driver(parts, version: list[int], first_turn: list[int | None] | None = None) -> Driver:
+    """One group per batch, two batches ahead, a bound of one version; new rollouts are tagged
+    ``version[0]`` (and, with ``first_turn[0]`` set, crossed an update from that version)."""
     pool, store = parts
-    version = [0]  # the policy version new rollouts are tagged with
-    driver = Driver(
+    first_turn = first_turn or [None]
+    return Driver(
         Driver.Config(groups_per_batch=1, max_staleness=1, prefetch_batches=2),
         [A],
         pool,
         store,
         tenant_factory=lambda source, seed, group_id, index: StoredTrajectory(
-            source, seed, group_id, index, version[0], always_mixed=True
+            source, seed, group_id, index, version[0], always_mixed=True, first_turn_version=first_turn[0]
         ),
     )
+
+
+def test_surplus_groups_that_grow_stale_are_dropped(parts):
+    store = parts[1]
+    version = [0]  # the policy version new rollouts are tagged with
+    driver = _staleness_driver(parts, version)
 
     async def main():
         first = await driver.next_batch(policy_version=0)
@@ -166,18 +174,10 @@ def test_surplus_groups_that_grow_stale_are_dropped(parts):
 
 
 def test_tokens_older_than_the_bound_are_cut_and_counted_and_groups_with_newer_ones_train(parts):
-    pool, store = parts
+    store = parts[1]
     first_turn = [None]  # set: new episodes crossed a weight update (first turn at version 0)
     version = [0]
-    driver = Driver(
-        Driver.Config(groups_per_batch=1, max_staleness=1, prefetch_batches=2),
-        [A],
-        pool,
-        store,
-        tenant_factory=lambda source, seed, group_id, index: StoredTrajectory(
-            source, seed, group_id, index, version[0], always_mixed=True, first_turn_version=first_turn[0]
-        ),
-    )
+    driver = _staleness_driver(parts, version, first_turn)
 
     async def main():
         first = await driver.next_batch(policy_version=0)

@@ -23,7 +23,8 @@ from safetensors.torch import save_file
 
 from tests.rollout.engine.chat import model_state, part, perturbed, request, screen, turn_text, user_turn
 from vlrl.config import ConfigError, load_recipe, validate
-from vlrl.mm import patch_rule_of
+from vlrl.mm import content_hash, patch_rule_of
+from vlrl.mm.tile_wire import TileSender
 from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
 from vlrl.rollout.engine.vllm_engine import MISSING_VLLM, engine_args
 from vlrl.rollout.engine.vllm_inputs import (
@@ -39,7 +40,7 @@ from vlrl.rollout.engine.vllm_inputs import (
     score_result,
 )
 from vlrl.rollout.engine.vllm_worker import WeightLoader
-from vlrl.rollout.protocol import CacheMiss, GenerateResult, SamplingParams, ScoreResult
+from vlrl.rollout.protocol import CacheMiss, GenerateResult, ImagePart, SamplingParams, ScoreResult
 
 RECIPE = Path(__file__).parents[2] / "examples" / "train_click_vllm.py"
 
@@ -381,6 +382,32 @@ def test_actor_serves_misses_scores_and_updates_between_requests(fake_vllm, tiny
     assert stats["cache_miss_replies"] == 1 and stats["image_cache_misses"] == 1
     assert stats["image_cache_hits"] == 3 and stats["weight_updates"] == 1 and stats["generated_tokens"] == 6
     assert stats["in_flight"] == 0 and stats["image_bytes_received"] == shot.nbytes
+
+
+def test_actor_assembles_screens_sent_as_tiles_and_misses_without_their_base(fake_vllm, tiny_path, processor, tmp_path):
+    first = screen(320, 240, 11)
+    second = first.copy()
+    second[100:120, 40:60] = 255  # one region changed, as a GUI step changes it
+    prompt = user_turn(processor, "click OK", [first, second])
+    sender = TileSender()
+    tiled = [ImagePart(content_hash(s), 320, 240, tiles=sender.encode(content_hash(s), s)) for s in (first, second)]
+
+    async def main():
+        engine = VLLMEngine(VLLMEngine.Config(weights_dir=str(tmp_path)), str(tiny_path))
+        served = await engine.generate(request(prompt, tuple(tiled)))  # the second against the first
+        stranger = TileSender()
+        stranger.encode(content_hash(first), screen(320, 240, 12))  # a base this engine never saw
+        orphan = ImagePart(content_hash(second), 320, 240, tiles=stranger.encode(content_hash(second), second))
+        fresh = VLLMEngine(VLLMEngine.Config(weights_dir=str(tmp_path)), str(tiny_path))
+        missed = await fresh.generate(request(user_turn(processor, "click OK", [second]), (orphan,)))
+        return served, missed, await engine.stats()
+
+    served, missed, stats = asyncio.run(main())
+    # The pixels were assembled exactly: the engine's content-hash check of sent pixels passed.
+    assert served.token_ids.tolist() == [5, 6] and stats["cache_miss_replies"] == 0
+    assert stats["image_bytes_received"] == sum(part.nbytes for part in tiled)
+    assert tiled[1].nbytes < first.nbytes / 20  # the second screen cost its changed tiles
+    assert missed == CacheMiss(missed.request_id, (content_hash(second),))
 
 
 # -- the recipe
