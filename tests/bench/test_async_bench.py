@@ -1,6 +1,6 @@
 """``vlrl bench async`` at small size: the synchronous run trains only tokens of the current
 policy, the asynchronous one overlaps rollouts with training (tokens sampled by older versions
-reach the trainer, within the bound) and both report step times and success."""
+reach the trainer, and those past the bound are the ones cut)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,6 @@ def test_vlrl_bench_async_runs_both_modes_side_by_side():
     result = run_bench("async", timeout_s=900)
     long = result["configs"]["long"]
     sync, asynchronous = long["sync"], long["async"]
-    for run in (sync, asynchronous):
-        assert 0 < run["step_s"]["min"] <= run["step_s"]["median"] <= run["step_s"]["max"]
-        assert 0 <= run["success"] <= 1
     # Synchronous: every trained token was sampled by the policy being trained, no episode
     # crossed a weight update.
     assert set(sync["staleness_tokens"]) == {"0"} and sync["spanning_sequences"] == 0
@@ -26,4 +23,3 @@ def test_vlrl_bench_async_runs_both_modes_side_by_side():
     lags = {int(lag): tokens for lag, tokens in asynchronous["staleness_tokens"].items()}
     assert sum(tokens for lag, tokens in lags.items() if lag >= 1) > 0
     assert sum(tokens for lag, tokens in lags.items() if lag > 2) == asynchronous["stale_tokens_cut"]
-    assert long["speedup"] > 0

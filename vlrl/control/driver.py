@@ -388,12 +388,12 @@ class Driver:
         """Drop the buffered groups none of whose tokens is recent enough to train."""
         oldest = self._version - self.config.max_staleness
         for buffered in self._buffer.values():
-            for group in [g for g in buffered if max(m.newest_version for m in g.metas) < oldest]:
+            newest = {id(g): max(m.newest_version for m in g.metas) for g in buffered}
+            for group in [g for g in buffered if newest[id(g)] < oldest]:
                 buffered.remove(group)
                 self._delete(group.metas)
                 self.book.accepted -= 1
-                newest = max(m.newest_version for m in group.metas)
-                self._leave("stale", f"policy version {newest} (its newest) older than {oldest}")
+                self._leave("stale", f"policy version {newest[id(group)]} (its newest) older than {oldest}")
 
     async def _hook_with_retries(self, metas: tuple[SeqMeta, ...]) -> Any:
         """The hook's decision; a store error is retried with doubling back-off, a lost shard is not."""

@@ -103,7 +103,6 @@ def staleness_histogram(batch: Batch, version: int) -> dict[int, int]:
     """Generated tokens of ``batch`` by how many versions their sampling policy lags ``version``."""
     lags: Counter[int] = Counter()
     for meta in batch.sequences:
-        turns = list(zip(meta.turn_versions, meta.turn_tokens)) or [(meta.policy_version, meta.num_response_tokens)]
-        for sampled, tokens in turns:
+        for sampled, tokens in meta.version_tokens():
             lags[version - sampled] += tokens
     return dict(lags)

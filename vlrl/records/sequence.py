@@ -96,8 +96,10 @@ class SeqMeta:
         """Newest policy version that sampled any of its tokens."""
         return max(self.turn_versions, default=self.policy_version)
 
+    def version_tokens(self) -> list[tuple[int, int]]:
+        """``(policy version, generated tokens)`` of each request, in order."""
+        return list(zip(self.turn_versions, self.turn_tokens)) or [(self.policy_version, self.num_response_tokens)]
+
     def tokens_older_than(self, version: int) -> int:
         """Generated tokens sampled by a policy version older than ``version``."""
-        if not self.turn_versions:
-            return self.num_response_tokens if self.policy_version < version else 0
-        return sum(n for v, n in zip(self.turn_versions, self.turn_tokens) if v < version)
+        return sum(n for v, n in self.version_tokens() if v < version)
