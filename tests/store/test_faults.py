@@ -55,15 +55,19 @@ def test_a_dead_shard_fails_reads_fast_naming_the_shard_and_the_loss(ray_session
 
 
 def restart_shards(store: RayStore, positions: list[int]) -> None:
-    """Kill shards as a crash would (Ray restarts each, empty) and wait until all answer again."""
+    """Kill shards as a crash would (Ray restarts each, empty) and wait until each answers as its
+    successor (``ray.kill`` is asynchronous: the old shard may still answer for a moment)."""
     for position in positions:
         ray.kill(store._shards._shards[position], no_restart=False)
     deadline = time.monotonic() + 30
-    while True:
-        try:
-            store.stats()
-            return
-        except ShardLostError:
+    for position in positions:
+        shard = store._shards._shards[position]
+        while True:
+            try:
+                if ray.get(shard.call.remote("__getattribute__", ("successor",), {}), timeout=5) == (True, True):
+                    break
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                pass  # dead, or restarting
             assert time.monotonic() < deadline, "the shard did not come back"
             time.sleep(0.2)
 
