@@ -209,7 +209,12 @@ def test_finished_groups_launch_the_next_while_the_trainer_works(parts):
 
     async def main():
         batch = await driver.next_batch(policy_version=0)  # launched 3 groups (1 + 2 ahead) and took 1
-        await asyncio.sleep(1.5)  # "training": no call into the driver
+        # "Training": no call into the driver until everything launched has been decided (a poll,
+        # not a fixed sleep: under load the groups take longer).
+        deadline = asyncio.get_running_loop().time() + 60
+        while driver.book.accepted < 4 or driver.book.pending:
+            assert asyncio.get_running_loop().time() < deadline, driver.book.report()
+            await asyncio.sleep(0.05)
         generated = driver.book.generated
         driver.consumed(batch)
         await driver.close()
@@ -217,7 +222,8 @@ def test_finished_groups_launch_the_next_while_the_trainer_works(parts):
 
     generated = asyncio.run(main())
     # The two groups in flight finished during the pause, and the first to finish launched a
-    # fourth to keep three batches' worth ahead; more would pass the prefetch bound.
+    # fourth to keep three batches' worth ahead; more would pass the prefetch bound (a fifth
+    # would be launched by a finishing group, so it would show before all were decided).
     assert generated == 4
     assert _balanced(driver.book) and store.stats().keys == 0
 
