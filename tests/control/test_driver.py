@@ -224,7 +224,7 @@ def test_finished_groups_launch_the_next_while_the_trainer_works(parts):
     # The two groups in flight finished during the pause, and the first to finish launched a
     # fourth to keep three batches' worth ahead; more would pass the prefetch bound (a fifth
     # would be launched by a finishing group, so it would show before all were decided).
-    assert generated == 4
+    assert generated == 4, driver.book.report()
     assert _balanced(driver.book) and store.stats().keys == 0
 
 
@@ -286,3 +286,31 @@ def test_an_image_shared_by_many_groups_lives_until_the_last_sequence_naming_it_
     assert (pixels == 7).all()
     assert driver.book.trained == 2 and _balanced(driver.book)
     assert store.contains([image]) == [False] and store.stats().keys == 0
+
+
+def test_replayed_seeds_launch_first_and_open_seeds_name_what_is_not_trained(parts):
+    pool, store = parts
+    driver = Driver(
+        Driver.Config(groups_per_batch=1, prefetch_batches=1, max_groups_in_flight=2),
+        [A],
+        pool,
+        store,
+        tenant_factory=lambda source, seed, group_id, index: StoredTrajectory(source, seed, group_id, index, always_mixed=True),
+        seed={"a": 20},
+        replay={"a": [9, 7]},
+    )
+
+    async def main():
+        batch = await driver.next_batch(policy_version=0)
+        open_before = driver.open_seeds()
+        driver.consumed(batch)
+        open_after = driver.open_seeds()
+        await driver.close()
+        return batch, open_before, open_after
+
+    batch, open_before, open_after = asyncio.run(main())
+    assert batch.groups[0].group_id in {"a/7", "a/9"}  # the replayed seeds went first, in order
+    assert open_before == {"a": [7, 9]} and driver.next_seeds == {"a": 20}
+    trained = int(batch.groups[0].group_id.split("/")[1])
+    assert open_after == {"a": sorted({7, 9} - {trained})}
+    assert _balanced(driver.book) and store.stats().keys == 0

@@ -88,3 +88,18 @@ def test_plot_run_of_a_folder_without_metrics_says_so(tmp_path):
 def test_summary_is_json_serialisable(tmp_path):
     _fake_run(tmp_path)
     json.dumps(read_metrics(tmp_path))
+
+
+def test_a_rewind_moves_the_records_after_the_checkpoint_out_of_the_log(tmp_path):
+    _fake_run(tmp_path)  # RL steps 1-6, evaluations at 3 and 6
+    log = MetricsLog(tmp_path, tensorboard=False)
+    assert log.rewind(4) == 3  # RL steps 5, 6 and the evaluation at 6
+    log.log(5, "rl", {"rollout/reward": 2.0})
+    log.close()
+    kept = read_metrics(tmp_path)
+    assert [r["step"] for r in kept if r["phase"] == "rl"] == [1, 2, 3, 4, 5]
+    assert kept[-1]["rollout/reward"] == 2.0
+    assert [r["tag"] for r in kept if r["phase"] == "eval"] == ["chance", "base", "warm", "step3"]
+    assert [r["phase"] for r in kept].count("warm-start") == 3 and kept[-2]["phase"] == "summary"
+    moved = [json.loads(line) for line in (tmp_path / "metrics.reverted.jsonl").read_text().splitlines()]
+    assert [(r["phase"], r["step"]) for r in moved] == [("rl", 5), ("rl", 6), ("eval", 6)]

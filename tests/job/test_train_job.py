@@ -5,6 +5,7 @@ codebases in one run with their batch shares."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,49 @@ def test_two_harness_codebases_in_one_run_keep_their_pools_and_batch_shares(ray_
         assert record["batch/desktop-click/groups"] == 3 and record["batch/web-forms/groups"] == 1
     assert sum(r["rollout/web-forms/episodes"] for r in rl) >= 2
     assert sum(r["rollout/desktop-click/episodes"] for r in rl) >= 6
+
+
+def test_a_crash_mid_step_with_rollouts_ahead_resumes_training_each_group_once(ray_session, tmp_path, monkeypatch):
+    import vlrl.job.train_job as train_job
+
+    run_dir = tmp_path / "async"
+
+    def config(steps: int):
+        config = load_recipe(f"{RECIPE}:small", [f"run_dir={run_dir}"])
+        config.warm_start, config.steps, config.checkpoint_every = None, steps, 2
+        config.eval = replace(config.eval, episodes=2, every=0, chance=False)
+        config.plots = config.tensorboard = False
+        config.driver = replace(config.driver, prefetch_batches=1, max_staleness=2)
+        config.driver.hook.sampler.include_max = True  # every group is accepted: each open one must train
+        return config
+
+    real = train_job.train_on
+
+    async def crashing(batch, *args):
+        if batch.step == 4:  # step 3 trained and logged after the step-2 checkpoint; groups in flight
+            raise RuntimeError("crash in the middle of an asynchronous step")
+        return await real(batch, *args)
+
+    monkeypatch.setattr(train_job, "train_on", crashing)
+    with pytest.raises(RuntimeError, match="crash in the middle"):
+        config(4).build().run()
+    checkpoint = json.loads((run_dir / "checkpoints" / "step-000002" / "state.json").read_text())
+    crashed = [r for r in read_metrics(run_dir) if r["phase"] == "rl"]
+    assert [r["step"] for r in crashed] == [1, 2, 3]
+    open_ids = {f"{source}/{seed}" for source, seeds in checkpoint["open_seeds"].items() for seed in seeds}
+    assert set(crashed[2]["batch/group_ids"]) <= open_ids  # prefetched before the checkpoint, trained after it
+
+    monkeypatch.setattr(train_job, "train_on", real)
+    resumed = config(5)
+    resumed.resume = True
+    summary = resumed.build().run()
+    rl = [r for r in read_metrics(run_dir) if r["phase"] == "rl"]
+    assert [r["step"] for r in rl] == [1, 2, 3, 4, 5]  # step 3 of the crashed try moved out, trained again
+    assert [json.loads(line)["step"] for line in (run_dir / "metrics.reverted.jsonl").read_text().splitlines()] == [3]
+    trained = [group for r in rl for group in r["batch/group_ids"]]
+    assert len(trained) == len(set(trained)) == 10  # no group trained twice in the run's history
+    final = json.loads((run_dir / "checkpoints" / "step-000005" / "state.json").read_text())
+    still_open = {f"{source}/{seed}" for source, seeds in final["open_seeds"].items() for seed in seeds}
+    after = {group for r in rl[2:] for group in r["batch/group_ids"]}
+    assert open_ids <= after | still_open  # every group the checkpoint had not trained: trained after the resume, or still open
+    assert summary["store_keys_left"] == 0

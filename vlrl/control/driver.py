@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -42,7 +42,7 @@ from vlrl.mm import image_refs
 from vlrl.pool.budget import split_by_shares
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import Tenant, TenantOutcome, lost_writers
-from vlrl.records import AcceptedGroup, Batch, SeqMeta
+from vlrl.records import AcceptedGroup, Batch, SeqMeta, group_id_of
 from vlrl.store import ShardLostError, StoreError, StoreTimeoutError
 
 STORE_ERRORS = (StoreError, RayError)
@@ -157,8 +157,12 @@ class Driver:
         *,
         grader: Grader | None = None,
         tenant_factory: TenantFactory,
-        seed: int = 0,
+        seed: int | Mapping[str, int] = 0,
+        replay: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
+        """``seed``: the first task seed of every source, or of each by name. ``replay``: seeds of
+        each source to launch first, before new ones: the groups a checkpoint left open
+        (``open_seeds``), so that a resumed run trains each of them once."""
         names = [source.name for source in sources]
         if len(set(names)) != len(names):
             raise ConfigError("sources", names, "unique source names")
@@ -178,7 +182,11 @@ class Driver:
         self._buffer: dict[str, deque[AcceptedGroup]] = defaultdict(deque)
         self._in_flight: dict[str, int] = defaultdict(int)
         self._grading: dict[str, int] = defaultdict(int)
-        self._next_seed = {name: seed for name in self.sources}
+        first = seed if isinstance(seed, Mapping) else dict.fromkeys(self.sources, seed)
+        self._next_seed = {name: int(first.get(name, 0)) for name in self.sources}
+        self._replay = {name: deque(sorted((replay or {}).get(name, ()))) for name in self.sources}
+        self._open: dict[str, tuple[str, int]] = {}
+        """Groups launched and neither trained nor left, by group id: (source, task seed)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._grading_waiter: asyncio.Task[Any] | None = None
         self._step = 0
@@ -235,8 +243,22 @@ class Driver:
             self._buffer[group.source].remove(group)
             self._delete(group.metas, missing_ok=True)
             self.book.accepted -= 1
-            self._leave("failed", "payload lost with a store shard before training")
+            self._leave(group.group_id, "failed", "payload lost with a store shard before training")
         return len(broken)
+
+    @property
+    def next_seeds(self) -> dict[str, int]:
+        """The first task seed of each source not launched yet."""
+        return dict(self._next_seed)
+
+    def open_seeds(self) -> dict[str, list[int]]:
+        """Task seeds of the groups launched and neither trained nor left (rolling out, being
+        graded, buffered, or queued for replay): what a checkpoint taken now has not trained, and
+        a run resumed from it replays (``replay``)."""
+        out = {name: list(queue) for name, queue in self._replay.items()}
+        for source, seed in self._open.values():
+            out[source].append(seed)
+        return {name: sorted(seeds) for name, seeds in out.items() if seeds}
 
     def _left(self) -> int:
         """Groups that left without being accepted so far."""
@@ -255,6 +277,8 @@ class Driver:
         """The trainer is done with ``batch``: delete its keys (and images nobody needs any more)."""
         self._delete(batch.sequences)
         self.book.trained += len(batch.groups)
+        for group in batch.groups:
+            self._open.pop(group.group_id, None)
         if batch.min_version is not None:
             self.book.stale_tokens += sum(meta.tokens_older_than(batch.min_version) for meta in batch.sequences)
 
@@ -299,9 +323,14 @@ class Driver:
         self._launch()  # keep the pipeline full, even while the trainer works
 
     async def _play_group(self, source: DataSource) -> None:
-        seed = self._next_seed[source.name]
-        self._next_seed[source.name] += 1
+        replay = self._replay[source.name]
+        if replay:
+            seed = replay.popleft()
+        else:
+            seed = self._next_seed[source.name]
+            self._next_seed[source.name] += 1
         group_id = f"{source.name}/{seed}"
+        self._open[group_id] = (source.name, seed)
         self.book.generated += 1
         try:
             outcomes = await asyncio.gather(
@@ -322,7 +351,7 @@ class Driver:
         failed = [outcome for outcome in outcomes if outcome.status != "ok"]
         if failed:
             self._delete(metas)  # the trajectories that did finish, and their images
-            self._leave("failed", _failure_reason(failed))
+            self._leave(group_id, "failed", _failure_reason(failed))
             return
         if self.grader is not None:
             self.grader.submit(metas)
@@ -362,7 +391,7 @@ class Driver:
         self._grading[source] -= 1
         if not result.ok:
             self._delete(result.metas)
-            self._leave("failed", result.error)
+            self._leave(group_id_of(result.metas), "failed", result.error)
             return
         self.book.graded += 1
         await self._decide(source, tuple(result.metas))
@@ -374,11 +403,11 @@ class Driver:
             decision = await self._hook_with_retries(metas)
         except STORE_ERRORS as error:
             self._delete(metas)
-            self._leave("failed", f"accept-time hook: {type(error).__name__}: {str(error).splitlines()[0]}")
+            self._leave(group_id_of(metas), "failed", f"accept-time hook: {type(error).__name__}: {str(error).splitlines()[0]}")
             return
         if not decision.accepted:
             self._delete(metas)
-            self._leave(decision.status, decision.reason)
+            self._leave(decision.group_id, decision.status, decision.reason)
             return
         self.book.accepted += 1
         version = min(meta.policy_version for meta in metas)
@@ -393,7 +422,7 @@ class Driver:
                 buffered.remove(group)
                 self._delete(group.metas)
                 self.book.accepted -= 1
-                self._leave("stale", f"policy version {newest[id(group)]} (its newest) older than {oldest}")
+                self._leave(group.group_id, "stale", f"policy version {newest[id(group)]} (its newest) older than {oldest}")
 
     async def _hook_with_retries(self, metas: tuple[SeqMeta, ...]) -> Any:
         """The hook's decision; a store error is retried with doubling back-off, a lost shard is not."""
@@ -431,7 +460,8 @@ class Driver:
         except SHARD_ERRORS as error:  # every live shard took back its part before the error came back
             self.book.reasons[f"take back failed: {type(error).__name__}"] += 1
 
-    def _leave(self, status: str, reason: str) -> None:
+    def _leave(self, group_id: str, status: str, reason: str) -> None:
+        self._open.pop(group_id, None)
         setattr(self.book, status, getattr(self.book, status) + 1)
         self.book.reasons[f"{status}: {_reason_kind(reason)}"] += 1
 

@@ -21,6 +21,8 @@ from typing import Any
 from vlrl.job.tracking import Tracker, flat_values
 
 METRICS_FILE = "metrics.jsonl"
+REVERTED_FILE = "metrics.reverted.jsonl"
+REWOUND_PHASES = ("rl", "eval")
 TB_DIR = "tb"
 
 
@@ -60,6 +62,22 @@ class MetricsLog:
             for tracker in self.trackers:
                 tracker.log(int(step), phase, values)
         return record
+
+    def rewind(self, step: int) -> int:
+        """A run resumed from the checkpoint of RL step ``step``: the RL and evaluation records of
+        later steps describe training the checkpoint never saw (a crash lost it), so they move to
+        ``metrics.reverted.jsonl`` and the steps that are trained again are logged once. Returns
+        how many records moved."""
+        records = list(_records(self.path))
+        later = [r for r in records if r.get("phase") in REWOUND_PHASES and r.get("step", 0) > step]
+        if later:
+            with (self.path.parent / REVERTED_FILE).open("a", encoding="utf-8") as reverted:
+                reverted.writelines(json.dumps(r) + "\n" for r in later)
+            kept = [r for r in records if not (r.get("phase") in REWOUND_PHASES and r.get("step", 0) > step)]
+            self._file.close()
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            self._file = self.path.open("a", encoding="utf-8")
+        return len(later)
 
     def elapsed(self) -> float:
         return self._offset + time.time() - self._start

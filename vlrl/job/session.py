@@ -18,7 +18,7 @@ from typing import Any
 from vlrl.control.driver import Driver
 from vlrl.job.evaluate import Annotator
 from vlrl.job.meters import RolloutMeter
-from vlrl.job.metrics_log import METRICS_FILE, TB_DIR, MetricsLog
+from vlrl.job.metrics_log import METRICS_FILE, REVERTED_FILE, TB_DIR, MetricsLog
 from vlrl.job.plots import EPISODES_DIR, PLOTS_DIR
 from vlrl.job.progress import Progress
 from vlrl.job.run_folder import (
@@ -49,7 +49,13 @@ class RunState:
     version: int = 0
     """Weight pushes to the engines so far (the policy version of the next rollouts)."""
     generated: int = 0
-    """Training groups started so far (their task seeds are not used again after a resume)."""
+    """Training groups started so far."""
+    next_seeds: dict[str, int] = field(default_factory=dict)
+    """Per source, the first task seed no group has used yet."""
+    open_seeds: dict[str, list[int]] = field(default_factory=dict)
+    """Per source, the task seeds of groups started and not trained (rolling out or buffered ahead
+    when the checkpoint was taken): a resumed run starts them again first, so that each group is
+    trained once."""
     policy: str = ""
     """Checkpoint folder the RL trainer is built from (the warm start's, or the base model)."""
     checkpoint: str = ""
@@ -130,7 +136,7 @@ class JobSession:
         """A fresh run: remove what an earlier run in this folder left (only the job's own files)."""
         for name in (CHECKPOINTS, TB_DIR, EPISODES_DIR, PLOTS_DIR, "model"):
             shutil.rmtree(self.run_dir / name, ignore_errors=True)
-        for name in (METRICS_FILE, SUMMARY_FILE, IDS_FILE):
+        for name in (METRICS_FILE, REVERTED_FILE, SUMMARY_FILE, IDS_FILE):
             (self.run_dir / name).unlink(missing_ok=True)
 
     def _model(self) -> str:
@@ -164,6 +170,7 @@ class JobSession:
         """Written last: a checkpoint folder without it is incomplete and never resumed from."""
         write_checkpoint_state(path, {
             "step": state.step, "version": state.version, "generated": state.generated,
+            "next_seeds": state.next_seeds, "open_seeds": state.open_seeds,
             "policy": state.policy, "checkpoint": state.checkpoint, "success": state.success,
         })  # fmt: skip
 

@@ -196,6 +196,8 @@ class TrainJob:
         config = self.config
         async with s.progress:
             state = s.resumed_state() if config.resume else None
+            if state is not None:
+                s.log.rewind(state.step)
             if state is None:
                 state = RunState(policy=s.model_path)
                 await self._maybe_chance(s, state)
@@ -273,7 +275,7 @@ class TrainJob:
                 await asyncio.to_thread(group.load, state.checkpoint)
             if state.version > s.engine_version:  # a resumed run: the fresh engines hold the base weights
                 await s.push_weights(group, state.version)
-            seeds_used = state.generated
+            generated_before = state.generated
             grader = None if s.teacher is None else TeacherScorer(EngineTeacher(s.teacher), s.store)
             driver = Driver(
                 config.driver,
@@ -282,18 +284,20 @@ class TrainJob:
                 s.store,
                 grader=grader,
                 tenant_factory=agent_loop_factory,
-                seed=config.seed + seeds_used,
+                seed=state.next_seeds or config.seed + state.generated,  # a state.json without next_seeds
+                replay=state.open_seeds,
             )
             s.probe(driver)
             try:
                 while state.step < config.steps:
                     await self._rl_step(s, state, driver, group)
-                    state.generated = seeds_used + driver.book.generated
+                    state.generated = generated_before + driver.book.generated
                     if should_checkpoint(state.step, config.checkpoint_every, config.steps):
+                        state.next_seeds, state.open_seeds = driver.next_seeds, driver.open_seeds()
                         await self._checkpoint(s, state, group)
             finally:
                 await driver.close()
-                state.generated = seeds_used + driver.book.generated
+                state.generated = generated_before + driver.book.generated
         finally:
             group.shutdown()
 
@@ -314,6 +318,7 @@ class TrainJob:
             **batch_metrics(batch, state.version - 1),
             **book_metrics(driver.book),
             **s.store_metrics(),
+            "batch/group_ids": [g.group_id for g in batch.groups],
             "policy_version": state.version,
             "time/rollout_wait_s": t1 - t0,
             "time/train_s": t2 - t1,
