@@ -82,6 +82,10 @@ def test_trajectories_land_in_the_store_as_the_policy_sampled_them(ray_session, 
         mask = payload["loss_mask"][1:]
         np.testing.assert_allclose(logprobs[mask], payload["logprobs"][1:][mask], atol=2e-4)
         assert meta.turns >= 1 and meta.context_lengths[0] < meta.num_tokens
+    for meta in metas:  # each turn's state: the screenshot shown last before its request
+        shown = [max((o for o in meta.image_offsets if o[0] < start), default=None) for start in meta.context_lengths]
+        assert meta.turn_states == tuple(meta.images[index].content_hash for _, index in shown)
+        assert len(meta.turn_rewards) == meta.turns and sum(meta.turn_rewards) == pytest.approx(meta.reward)
 
 
 @dataclass(frozen=True)

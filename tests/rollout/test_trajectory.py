@@ -108,13 +108,17 @@ def test_a_rewritten_context_starts_a_new_sequence_whose_old_answers_carry_no_lo
     a, b = _image(1), _image(2)
     trajectory = Trajectory("t")
     trajectory.set_context(Segment([1, 2, 3], [1]), [a])
-    trajectory.add_generated(_result([9]))
+    trajectory.add_generated(_result([9]), a.content_hash)
     # A window of one screenshot: the first screen's placeholder is gone from the new context.
     trajectory.set_context(Segment([1, 2, 9, 5, 6, 7], [4]), [b])
-    trajectory.add_generated(_result([8]))
+    trajectory.add_generated(_result([8]), "form:filled")
     first, second = trajectory.finish(
-        store, key="k", group_id="g", source="s", sample_index=0, reward=1.0, success=True, finish="done", patch_rule=RULE
-    )
+        store, key="k", group_id="g", source="s", sample_index=0, reward=1.0, success=True, finish="done",
+        patch_rule=RULE, turn_rewards=(0.25, 0.75),
+    )  # fmt: skip
+    # each sequence carries its own requests' states and rewards
+    assert (first.turn_states, first.turn_rewards) == ((a.content_hash,), (0.25,))
+    assert (second.turn_states, second.turn_rewards) == (("form:filled",), (0.75,))
     assert (first.key, second.key) == ("k/0", "k/1")
     rows = store.get(["k/0", "k/1"])
     assert rows["k/0"]["token_ids"].tolist() == [1, 2, 3, 9] and rows["k/0"]["loss_mask"].tolist() == [0, 0, 0, 1]
@@ -122,3 +126,16 @@ def test_a_rewritten_context_starts_a_new_sequence_whose_old_answers_carry_no_lo
     assert rows["k/1"]["loss_mask"].tolist() == [0, 0, 0, 0, 0, 0, 1]  # the old answer is context now
     assert [m.content_hash for m in second.images] == [b.content_hash] and second.image_offsets == ((4, 0),)
     assert first.reward == second.reward == 1.0
+
+
+def test_turn_rewards_not_one_per_request_are_refused_before_any_write():
+    store = LocalStore()
+    trajectory = Trajectory("t")
+    trajectory.set_context(Segment([1, 2, 3], [1]), [_image(1)])
+    trajectory.add_generated(_result([9]))
+    with pytest.raises(ValueError, match="turn_rewards has 2 entries; the trajectory made 1 requests"):
+        trajectory.finish(
+            store, key="k", group_id="g", source="s", sample_index=0, reward=1.0, success=True, finish="done",
+            patch_rule=RULE, turn_rewards=(0.5, 0.5),
+        )  # fmt: skip
+    assert store.stats().keys == 0

@@ -10,6 +10,11 @@ Reward mode, in order, everything but the last step on metadata:
 5. only the ``loss_mask`` column of the group's keys is read, and each sequence's scalar
    advantage is written back per token as the float32 field ``advantages``.
 
+With ``step_credit`` (``control.step_credit``), each turn's tokens also get ``weight`` times its
+step advantage (its return against the other turns of the group made in the same state); the
+drop test of step 4 then looks at the per-token sums, since trajectories of equal reward may
+still differ turn by turn.
+
 OPD mode replaces steps 1-3: a teacher scorer has already written ``teacher_logprobs`` into the
 store, and the per-token advantage is ``teacher_logprobs - logprobs`` on generated tokens, read
 from the ``logprobs``, ``teacher_logprobs`` and ``loss_mask`` columns only.
@@ -39,6 +44,7 @@ from vlrl.control.advantages import (
 )
 from vlrl.control.penalties import OverlongPenalty
 from vlrl.control.sampler import PassRateSampler
+from vlrl.control.step_credit import StepCredit, spread_over_turns, step_groups
 from vlrl.records import ADVANTAGES, LOGPROBS, LOSS_MASK, TEACHER_LOGPROBS, GroupDecision, SeqMeta, group_id_of
 from vlrl.store import DuplicateWriteError, PayloadStore
 
@@ -75,6 +81,11 @@ class GroupHook:
         drop_zero_advantage: bool = True
         """Drop a group whose advantages (after shaping) are all exactly zero."""
 
+        step_credit: StepCredit | None = None
+        """Step-level credit: turns made in equal states (equal screenshots, or the harness's
+        ``state_key``) compared with each other, added to the episode advantage; None for
+        episode advantages only."""
+
         def check(self) -> None:
             if self.shaping is not None:
                 try:
@@ -106,12 +117,24 @@ class GroupHook:
         if self.shaping is not None:
             advantages = apply_shaping(self.shaping, metas, advantages)
         final = (tuple(rewards.tolist()), tuple(advantages.tolist()))
-        if self.config.drop_zero_advantage and not advantages.any():
+        credit = self.config.step_credit
+        if credit is None and self.config.drop_zero_advantage and not advantages.any():
             return GroupDecision(group_id, "dropped", f"{sampled.reason}; all advantages zero", keys, *final)
-        masks = store.get(list(keys), fields=[LOSS_MASK])
-        per_token = [token_advantages(_column(masks, m, LOSS_MASK), a) for m, a in zip(metas, advantages)]
+        rows = store.get(list(keys), fields=[LOSS_MASK])
+        masks = [_column(rows, m, LOSS_MASK) for m in metas]
+        per_token = [token_advantages(mask, a) for mask, a in zip(masks, advantages)]
+        turns = (0, 0)
+        if credit is not None:
+            steps = step_groups(metas, rewards.tolist(), self.config.estimator, gamma=credit.gamma, eps=self.config.eps)
+            per_token = [
+                episode + np.float32(credit.weight) * spread_over_turns(m, mask, step)
+                for episode, m, mask, step in zip(per_token, metas, masks, steps.advantages)
+            ]
+            turns = (steps.grouped, steps.turns)
+            if self.config.drop_zero_advantage and not any(a.any() for a in per_token):
+                return GroupDecision(group_id, "dropped", f"{sampled.reason}; all advantages zero", keys, *final, turns)
         _write(store, metas, per_token)
-        return GroupDecision(group_id, "accepted", sampled.reason, keys, *final)
+        return GroupDecision(group_id, "accepted", sampled.reason, keys, *final, turns)
 
     def _opd(self, group_id: str, metas: Sequence[SeqMeta], store: PayloadStore) -> GroupDecision:
         keys = tuple(m.key for m in metas)

@@ -21,10 +21,15 @@ class Observation:
     """Accessibility tree as text, where the harness has one."""
     url: str | None = None
     """Current page address (browser harnesses)."""
+    state_key: str | None = None
+    """What identifies the state the agent is in, for step-level credit (``hook.step_credit``):
+    turns of one group whose states have equal keys are compared with each other. A harness sets
+    it where the screenshot alone says too much or too little (a hash of the DOM or of the
+    accessibility tree, with a ticking clock left out); None: the screenshot's content hash."""
 
     def __post_init__(self) -> None:
         require_canonical(self.screenshot)
-        for name in ("goal", "a11y_tree", "url"):
+        for name in ("goal", "a11y_tree", "url", "state_key"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"observation {name}: expected a string or None, got {type(value).__name__}")

@@ -91,6 +91,9 @@ def batch_metrics(batch: Batch, version: int) -> dict[str, float]:
         out[f"batch/tokens_lag{lag}"] = tokens
     for name, groups in batch.per_source().items():
         out[f"batch/{name}/groups"] = groups
+    grouped, turns = (sum(g.decision.step_turns[k] for g in batch.groups) for k in (0, 1))
+    if turns:
+        out["batch/step_grouped_turns"] = grouped / turns
     return out
 
 

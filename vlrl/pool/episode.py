@@ -60,6 +60,11 @@ class Episode:
     """The task family reset drew (its ``info["task"]``; '' when the harness does not say)."""
     stopped: str = ""
     """The player's reason when it stopped the episode ('' when it did not)."""
+    turn_rewards: tuple[float, ...] = ()
+    """What each move earned, in order: its step reward, or less the penalty when it was
+    invalid or refused (they sum to ``reward``)."""
+    turn_states: tuple[str | None, ...] = ()
+    """The observation's ``state_key`` each move was made on, in order."""
 
 
 async def play_episode(
@@ -79,10 +84,15 @@ async def play_episode(
     task = str(info.get("task") or (options or {}).get("task") or "")
     reward, success, finish, note = 0.0, False, "max_turns", obs.goal or ""
     actions: list[Action] = []
+    turn_rewards: list[float] = []
+    turn_states: list[str | None] = []
     for _ in range(max_turns):
         move = await player(obs, note)
         if isinstance(move, Stop):
-            return Episode(reward, False, finish, tuple(actions), info, task, stopped=move.reason)
+            return Episode(
+                reward, False, finish, tuple(actions), info, task, move.reason, tuple(turn_rewards), tuple(turn_states)
+            )
+        turn_states.append(obs.state_key)
         try:
             if isinstance(move, Invalid):
                 raise ActionError(move.feedback)
@@ -91,16 +101,18 @@ async def play_episode(
             if invalid_penalty is None:
                 raise
             reward -= invalid_penalty
+            turn_rewards.append(-invalid_penalty)
             note = f"Invalid action: {error}"
             continue
         actions.append(move)
         reward += step_reward
+        turn_rewards.append(float(step_reward))
         note = ""
         if terminated or truncated:
             finish = "done" if terminated else "truncated"
             success = bool(info.get("success", step_reward > 0))
             break
-    return Episode(reward, success, finish, tuple(actions), info, task)
+    return Episode(reward, success, finish, tuple(actions), info, task, "", tuple(turn_rewards), tuple(turn_states))
 
 
 @dataclass(frozen=True, slots=True)

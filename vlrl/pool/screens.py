@@ -28,18 +28,21 @@ class ShippedObservation:
     goal: str | None
     a11y_tree: str | None
     url: str | None
+    state_key: str | None
 
     @classmethod
     def of(cls, obs: Observation, sender: TileSender) -> ShippedObservation:
         screen = sender.encode(content_hash(obs.screenshot), obs.screenshot)
-        return cls(screen, obs.goal, obs.a11y_tree, obs.url)
+        return cls(screen, obs.goal, obs.a11y_tree, obs.url, obs.state_key)
 
     def observation(self, receiver: TileReceiver) -> Observation | None:
         """The observation, or None when ``receiver`` lacks some of its tiles."""
         pixels = receiver.assemble(self.screen)
         if pixels is None:
             return None
-        return Observation(screenshot=pixels, goal=self.goal, a11y_tree=self.a11y_tree, url=self.url)
+        return Observation(
+            screenshot=pixels, goal=self.goal, a11y_tree=self.a11y_tree, url=self.url, state_key=self.state_key
+        )
 
 
 def new_receiver() -> TileReceiver:

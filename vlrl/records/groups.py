@@ -48,6 +48,9 @@ class GroupDecision:
     advantages: tuple[float, ...] = ()
     """Scalar advantage per sequence after shaping (OPD: the mean per-token advantage over the
     response, for metrics); empty when the sampler rejected the group first."""
+    step_turns: tuple[int, int] = (0, 0)
+    """Under step-level credit: (turns that share their state with another turn of the group,
+    turns); (0, 0) without it."""
 
     @property
     def accepted(self) -> bool:

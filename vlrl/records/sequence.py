@@ -53,6 +53,13 @@ class SeqMeta:
     turn_tokens: tuple[int, ...] = ()
     """Tokens the policy generated at each request, in order; they start at that request's
     ``context_lengths`` entry. () with ``turn_versions`` ()."""
+    turn_states: tuple[str, ...] = ()
+    """The key of the state each request was made in, in order (the observation's
+    ``state_key``, else its screenshot's content hash): step-level credit compares the turns of a
+    group made in equal states ('' where unknown). () when not recorded."""
+    turn_rewards: tuple[float, ...] = ()
+    """What each request's move earned, in order (step rewards, less invalid-reply penalties);
+    () when not recorded."""
     images: tuple[MMItemMeta, ...] = ()
     """Unique images of the sequence."""
     image_offsets: tuple[tuple[int, int], ...] = ()
@@ -84,6 +91,14 @@ class SeqMeta:
                 f" request ({len(self.context_lengths)}), tokens summing to num_response_tokens="
                 f"{self.num_response_tokens} and the oldest version equal to policy_version={self.policy_version}"
             )
+        for name in ("turn_states", "turn_rewards"):
+            value = getattr(self, name)
+            if value and len(value) != len(self.context_lengths):
+                raise ValueError(
+                    f"SeqMeta.{name} has {len(value)} entries; expected one per request ({len(self.context_lengths)})"
+                )
+        if not all(math.isfinite(r) for r in self.turn_rewards):
+            raise ValueError(f"SeqMeta.turn_rewards={self.turn_rewards}; expected finite numbers")
         for offset, index in self.image_offsets:
             if not (0 <= offset < self.num_tokens and 0 <= index < len(self.images)):
                 raise ValueError(

@@ -89,7 +89,7 @@ class AgentLoop:
                 sampling,
                 request_id=f"{trajectory_id}#{len(turns) - 1}",
             )
-            trajectory.add_generated(result)
+            trajectory.add_generated(result, obs.state_key or images[-1].content_hash)
             turns[-1].answer = [int(t) for t in result.token_ids]
             turns[-1].answer_stopped = result.finish_reason == "stop"
             reply = await ctx.to_thread(chat.decode, turns[-1].answer)
@@ -122,6 +122,7 @@ class AgentLoop:
                 finish=episode.finish,
                 patch_rule=runtime.patch_rule,
                 task=episode.task,
+                turn_rewards=episode.turn_rewards,
                 ledger=ctx.writes,
             )
         )

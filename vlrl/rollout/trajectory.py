@@ -39,6 +39,9 @@ class Sequence:
     policy_versions: list[int] = field(default_factory=list)
     generated: list[int] = field(default_factory=list)
     """Tokens generated at each request."""
+    states: list[str] = field(default_factory=list)
+    """The state key each request was made in (``Observation.state_key``, else the screenshot's
+    content hash)."""
     extras: dict[str, list[tuple[int, np.ndarray]]] = field(default_factory=dict)
 
     def extends_to(self, context: Segment, images: list[ContextImage]) -> bool:
@@ -56,7 +59,7 @@ class Sequence:
         self.images += images
         self.image_offsets += offsets
 
-    def add_generated(self, result: GenerateResult) -> None:
+    def add_generated(self, result: GenerateResult, state: str = "") -> None:
         for name, values in result.extras.items():
             earlier = self.extras.setdefault(name, [])
             if earlier and (earlier[0][1].shape[1:], earlier[0][1].dtype) != (values.shape[1:], values.dtype):
@@ -66,6 +69,7 @@ class Sequence:
                 )
             earlier.append((len(self.token_ids), values))
         self.context_lengths.append(len(self.token_ids))
+        self.states.append(state)
         self.policy_versions.append(result.policy_version)
         self.generated.append(len(result.token_ids))
         self.token_ids += [int(t) for t in result.token_ids]
@@ -114,8 +118,10 @@ class Trajectory:
             sequence.add_prompt(context.ids, images, context.image_offsets)
             self.sequences.append(sequence)
 
-    def add_generated(self, result: GenerateResult) -> None:
-        self.current.add_generated(result)
+    def add_generated(self, result: GenerateResult, state: str = "") -> None:
+        """``state``: the key of the state the request was made in (step-level credit's anchor;
+        '' when unknown: such a turn is compared with no other)."""
+        self.current.add_generated(result, state)
 
     def finish(
         self,
@@ -130,10 +136,13 @@ class Trajectory:
         finish: Finish,
         patch_rule: PatchRule,
         task: str = "",
+        turn_rewards: tuple[float, ...] = (),
         ledger: WriteLedger | None = None,
     ) -> list[SeqMeta]:
         """Write every sequence's payload once; return their metadata (the trajectory's reward on
         each). Each sequence holds one reference to each of its images (``mm.store_images``).
+        ``turn_rewards``: what each request's move earned, over the whole trajectory (() when not
+        known); each sequence gets those of its requests.
 
         Every ``SeqMeta`` is built (and so checked) before the first write, and a write that fails
         takes back all earlier ones (through ``ledger``; the tenant's own, if it has one), so a
@@ -141,8 +150,17 @@ class Trajectory:
         sequences = [s for s in self.sequences if s.context_lengths]  # a prompt never answered trains nothing
         labels = dict(group_id=group_id, source=source, sample_index=sample_index, reward=float(reward))
         labels.update(success=success, finish=finish, task=task)
+        requests = [len(s.context_lengths) for s in sequences]
+        if turn_rewards and len(turn_rewards) != sum(requests):
+            raise ValueError(f"turn_rewards has {len(turn_rewards)} entries; the trajectory made {sum(requests)} requests")
+        starts = np.cumsum([0, *requests]).tolist()
         writes = [
-            _SequenceWrite.of(s, key if len(sequences) == 1 else f"{key}/{i}", patch_rule, labels)
+            _SequenceWrite.of(
+                s,
+                key if len(sequences) == 1 else f"{key}/{i}",
+                patch_rule,
+                {**labels, "turn_rewards": tuple(turn_rewards[starts[i] : starts[i + 1]])},
+            )
             for i, s in enumerate(sequences)
         ]
         if ledger is None:
@@ -190,6 +208,7 @@ class _SequenceWrite:
             policy_version=min(sequence.policy_versions),
             turn_versions=tuple(sequence.policy_versions),
             turn_tokens=tuple(sequence.generated),
+            turn_states=tuple(sequence.states),
             images=tuple(describe_image(p, rule=patch_rule) for p in pixels),
             image_offsets=tuple(
                 (offset, hashes.index(image.content_hash))
