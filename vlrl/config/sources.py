@@ -13,7 +13,7 @@ That the codebase is registered and has an env pool is checked where the pool is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from vlrl.config.schema import Ge, Gt, Le, NonEmpty
 from vlrl.records import ActionFormat
@@ -60,8 +60,17 @@ class AgentBehaviour:
     """Turns (requests to the policy) per episode."""
 
     history_images: Annotated[int, Ge(1)] | None = None
-    """Screenshots kept in the prompt: the last k (older turns keep their text and answers), or
-    None for all. With a window, each turn after the k-th starts a new training sequence."""
+    """Screenshots kept whole in the prompt: the last k (older turns keep their text and answers,
+    their screenshots as ``older_images`` says), or None for all. With a window, each turn after
+    the k-th starts a new training sequence (its prompt is no longer the last one's prefix)."""
+
+    older_images: Literal["drop", "downscale", "stub"] = "drop"
+    """Screenshots older than the last ``history_images``: left out, shrunk to at most
+    ``older_image_tokens`` tokens, or replaced by a line of text saying one was there."""
+
+    older_image_tokens: Annotated[int, Ge(1)] = 16
+    """Image tokens an older screenshot may take when ``older_images='downscale'``: the largest
+    size of its aspect within this budget under the model's patch rule."""
 
     temperature: Annotated[float, Ge(0)] = 1.0
     """Sampling temperature."""

@@ -25,8 +25,8 @@ from vlrl.pool.tenant import TenantContext
 from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import LoopRuntime
 from vlrl.rollout.chat import ChatTurn
-from vlrl.rollout.client import ContextImage
 from vlrl.rollout.protocol import GenerateResult
+from vlrl.rollout.screen_history import ScreenHistory
 from vlrl.rollout.trajectory import Trajectory
 
 DEMO_SEED_BASE = 500_000
@@ -82,7 +82,7 @@ class DemoEpisode:
         env = await ctx.open_env()
         trajectory = Trajectory(trajectory_id)
         turns: list[ChatTurn] = []
-        images: list[ContextImage] = []
+        screens = ScreenHistory(agent, runtime.patch_rule)
 
         async def oracle(obs: Observation, note: str) -> Move:
             action = await env.oracle()
@@ -93,11 +93,11 @@ class DemoEpisode:
                 reply, parsed = demo_reply(action, agent.action_format, screen, grid=self.point_grid)
             except ValueError as error:  # UnwritableAction or ParseError
                 return Stop(f"{action.kind} not writable: {error}"[:120])
-            images.append(await ctx.to_thread(ContextImage.of, obs.screenshot))
-            turns.append(ChatTurn(note, (images[-1].width, images[-1].height)))
-            shown = 0 if agent.history_images is None else max(0, len(turns) - agent.history_images)
-            context = await ctx.to_thread(lambda: chat.context(turns, images_from=shown))
-            trajectory.set_context(context, images[shown:])
+            screen = await ctx.to_thread(screens.add, obs.screenshot)
+            turns.append(ChatTurn(note, (screen.width, screen.height)))
+            shown, images = await ctx.to_thread(screens.shown)
+            context = await ctx.to_thread(chat.context, turns, shown)
+            trajectory.set_context(context, images)
             ids = [int(t) for t in runtime.tokenizer.encode(reply, add_special_tokens=False)] + [chat.stop_token_ids[0]]
             zeros = np.zeros(len(ids), np.float32)  # (T,) no sampling policy: the likelihood loss reads none
             request_id = f"{trajectory_id}#{len(turns) - 1}"

@@ -74,6 +74,7 @@ class JobSession:
         self.config = config
         self.run_dir = Path(config.run_dir).resolve()
         self.engine_version = 0
+        self._pause_totals: dict[int, float] = {}
 
     def __enter__(self) -> JobSession:
         config = self.config
@@ -97,13 +98,19 @@ class JobSession:
         from transformers import AutoProcessor
 
         from vlrl.mm import patch_rule_of
+        from vlrl.rollout.screen_history import check_older_image_tokens
 
         config = self.config
         self.model_path = self._model()
         self.family = family_of(self.model_path)
         """The policy's model family (the summary's ``model_family``)."""
         processor = AutoProcessor.from_pretrained(self.model_path)
-        self.annotator = Annotator(processor.tokenizer, patch_rule_of(processor))
+        rule = patch_rule_of(processor)
+        for i, source in enumerate(config.sources):  # before any engine starts
+            if source.env.width and source.env.height:
+                field = f"sources[{i}].agent.older_image_tokens"
+                check_older_image_tokens(source.agent, rule, source.env.width, source.env.height, field)
+        self.annotator = Annotator(processor.tokenizer, rule)
         self.engines = [config.engine.build(model_path=self.model_path) for _ in range(config.replicas)]
         self.teacher = None
         self.store = config.store.build()
@@ -160,6 +167,22 @@ class JobSession:
         keepers = [k for k in map(EmbeddedEngine.weights_keeper, self.engines) if k is not None]
         await asyncio.to_thread(group.push_weights, self.engines, version, keepers)
         self.engine_version = version
+
+    async def weight_pause_s(self) -> float:
+        """The longest time one replica held requests back for weights since the last call
+        (engines' ``weight_pause_s``); a replica that does not answer counts 0."""
+        from ray.exceptions import RayError
+
+        longest = 0.0
+        for replica, engine in enumerate(self.engines):
+            try:
+                total = float((await engine.stats.remote()).get("weight_pause_s", 0.0))
+            except RayError:
+                continue
+            # a restarted replica counts from 0 again
+            longest = max(longest, total - min(self._pause_totals.get(replica, 0.0), total))
+            self._pause_totals[replica] = total
+        return longest
 
     def checkpoint_dir(self, name: str) -> Path:
         path = self.run_dir / CHECKPOINTS / name

@@ -312,6 +312,7 @@ class TrainJob:
         state.version += 1
         state.step += 1
         t3 = time.perf_counter()
+        paused = await s.weight_pause_s()
         record = {
             **{f"train/{k}": v for k, v in metrics.items()},
             **s.meter.take(),
@@ -323,6 +324,7 @@ class TrainJob:
             "time/rollout_wait_s": t1 - t0,
             "time/train_s": t2 - t1,
             "time/weight_sync_s": t3 - t2,
+            "time/weight_pause_s": paused,
             "time/step_s": t3 - t0,
         }
         s.log.log(state.step, "rl", record)

@@ -21,9 +21,10 @@ from vlrl.pool.episode import Invalid, Move, play_episode
 from vlrl.pool.tenant import TenantContext
 from vlrl.records import SeqMeta
 from vlrl.rollout.chat import ChatFormat, ChatTurn
-from vlrl.rollout.client import ContextImage, InferenceClient
+from vlrl.rollout.client import InferenceClient
 from vlrl.rollout.parsers import PARSERS, ParseError, ScreenMap
 from vlrl.rollout.protocol import SamplingParams
+from vlrl.rollout.screen_history import ScreenHistory
 from vlrl.rollout.trajectory import Trajectory
 
 
@@ -74,14 +75,14 @@ class AgentLoop:
         )
         trajectory = Trajectory(trajectory_id)
         turns: list[ChatTurn] = []
-        images: list[ContextImage] = []
+        screens = ScreenHistory(agent, runtime.patch_rule)
 
         async def policy(obs: Observation, note: str) -> Move:
-            images.append(await ctx.to_thread(ContextImage.of, obs.screenshot))
-            turns.append(ChatTurn(note, (images[-1].width, images[-1].height)))
-            shown = 0 if agent.history_images is None else max(0, len(turns) - agent.history_images)
-            context = await ctx.to_thread(lambda: chat.context(turns, images_from=shown))
-            trajectory.set_context(context, images[shown:])
+            screen = await ctx.to_thread(screens.add, obs.screenshot)
+            turns.append(ChatTurn(note, (screen.width, screen.height)))
+            shown, images = await ctx.to_thread(screens.shown)
+            context = await ctx.to_thread(chat.context, turns, shown)
+            trajectory.set_context(context, images)
             result = await runtime.client.generate(
                 trajectory_id,
                 trajectory.current.prompt_array(),
@@ -89,7 +90,7 @@ class AgentLoop:
                 sampling,
                 request_id=f"{trajectory_id}#{len(turns) - 1}",
             )
-            trajectory.add_generated(result, obs.state_key or images[-1].content_hash)
+            trajectory.add_generated(result, obs.state_key or screen.content_hash)
             turns[-1].answer = [int(t) for t in result.token_ids]
             turns[-1].answer_stopped = result.finish_reason == "stop"
             reply = await ctx.to_thread(chat.decode, turns[-1].answer)

@@ -8,6 +8,7 @@ so the count comes from image metadata, never from pixels.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,9 @@ PROMPT_TEMPLATES = {
 """System prompts by template name; ``{action_format}`` receives the parser's grammar. The short
 one leaves the grammar out: for a policy that learns the action format from demonstrations, where
 the grammar would be most of every sequence's tokens."""
+
+Shown = tuple[int, int] | str | None
+"""What a turn's message shows of its screenshot: it at this size, a line of text, or nothing."""
 
 SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
 
@@ -68,11 +72,12 @@ class ChatFormat:
     def stop_token_ids(self) -> tuple[int, ...]:
         return (self.im_end,)
 
-    def context(self, turns: list[ChatTurn], *, images_from: int = 0) -> Segment:
+    def context(self, turns: list[ChatTurn], shown: Sequence[Shown] | None = None) -> Segment:
         """The whole prompt: the system message, then every turn's user message and answer.
 
-        Turns before ``images_from`` keep their text and answers but not their screenshots (a
-        history window). Answers are the policy's own ids, never re-tokenized text.
+        ``shown``: per turn, the size of the screenshot its message shows, a line of text in its
+        place, or None for neither (``rollout.screen_history``); None: every turn's own
+        screenshot. Answers are the policy's own ids, never re-tokenized text.
         """
         ids = list(self._head)
         offsets = []
@@ -81,10 +86,13 @@ class ChatFormat:
             if previous is not None and not previous.answer_stopped:
                 ids.append(self.im_end)
             ids += self._text("\n<|im_start|>user\n")
-            if index >= images_from:
+            screen = turn.image_size if shown is None else shown[index]
+            if isinstance(screen, tuple):
                 offsets.append(len(ids) + 1)
-                tokens = self._rule.num_tokens(*turn.image_size)
+                tokens = self._rule.num_tokens(*screen)
                 ids += [self.vision_start] + [self.image_pad] * tokens + [self.vision_end]
+            elif isinstance(screen, str):
+                ids += self._encode(screen + "\n")
             ids += self._encode(turn.text) + [self.im_end] + self._text("\n<|im_start|>assistant\n")
             if turn.answer is not None:
                 ids += turn.answer

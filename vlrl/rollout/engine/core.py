@@ -20,6 +20,7 @@ the trainer runs it, and its weights arrive with every update under ``encoder.``
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -72,6 +73,9 @@ class _Counters:
     image_cache_misses: int = 0
     image_bytes_received: int = 0
     weight_updates: int = 0
+    weight_pause_s: float = 0.0
+    """Seconds the compute thread spent loading new weights: all that a push holds back requests
+    beyond the batch running when it came, which finishes on the old weights."""
     max_batch_size: int = 0
 
 
@@ -216,6 +220,7 @@ class EngineCore:
             "image_cache_bytes": self._images.nbytes,
             "image_bytes_received": c.image_bytes_received,
             "weight_updates": c.weight_updates,
+            "weight_pause_s": c.weight_pause_s,
             "policy_version": self._version,
         }
 
@@ -375,12 +380,14 @@ class EngineCore:
         )
 
     async def _apply_update(self, update: _Update) -> None:
+        started = time.perf_counter()
         try:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self._compute, self._runner.load_weights, update.state_dict)
         except Exception as error:
             update.done.set_exception(error)
             return
+        self._counts.weight_pause_s += time.perf_counter() - started
         self._version = update.version
         self._prefixes.clear()
         self._counts.weight_updates += 1

@@ -24,6 +24,7 @@ import asyncio
 import itertools
 import os
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -204,7 +205,7 @@ class VLLMEngine:
         self._update_lock = asyncio.Lock()
         self._counts = dict.fromkeys(
             ("requests", "scores", "cache_miss_replies", "image_cache_hits", "image_cache_misses",
-             "image_bytes_received", "prefill_tokens", "reused_prefix_tokens", "generated_tokens", "weight_updates"),
+             "image_bytes_received", "prefill_tokens", "reused_prefix_tokens", "generated_tokens", "weight_updates", "weight_pause_s"),
             0,
         )  # fmt: skip
 
@@ -234,6 +235,7 @@ class VLLMEngine:
             if version <= self._version:
                 raise ValueError(f"update_weights: version={version}; expected more than the latest, {self._version}")
             weights = checkpoint_weights(state_dict, self._dtype)  # names checked before anything stops
+            paused = time.perf_counter()  # new requests wait from here: the drain, then the load
             async with self._turn:
                 self._updating = True
                 await self._turn.wait_for(lambda: self._running == 0)
@@ -245,6 +247,7 @@ class VLLMEngine:
                 async with self._turn:
                     self._updating = False
                     self._turn.notify_all()
+                self._counts["weight_pause_s"] += time.perf_counter() - paused
 
     async def load(self) -> int:
         """Calls accepted and not yet answered (waiting for an update, or running in vLLM)."""
