@@ -17,8 +17,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PLOTS = ("reward", "pass_rate", "overview", "episodes")
 
 
-def _run_small(recipe: str, run_dir: Path) -> tuple[dict, list[dict]]:
-    summary = load_recipe(f"{EXAMPLES / recipe}:small", [f"run_dir={run_dir}"]).build().run()
+def _run_small(recipe: str, run_dir: Path, *overrides: str) -> tuple[dict, list[dict]]:
+    summary = load_recipe(f"{EXAMPLES / recipe}:small", [f"run_dir={run_dir}", *overrides]).build().run()
     assert summary["steps"] == 2 and summary["store_keys_left"] == 0
     for name in PLOTS:
         assert (run_dir / "plots" / f"{name}.png").stat().st_size > 0
@@ -40,13 +40,23 @@ def _demonstrations(records: list[dict]) -> dict:
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_desktop_form_trains_on_multi_turn_typing_demonstrations(ray_session, tmp_path):
-    summary, records = _run_small("train_desktop_form.py", tmp_path / "form")
+def test_desktop_form_trains_on_multi_turn_typing_demonstrations_with_step_credit(ray_session, tmp_path):
+    summary, records = _run_small("train_desktop_form.py", tmp_path / "form", "driver.hook.step_credit=StepCredit")
     demos = _demonstrations(records)
     assert demos["demos/sequences"] == demos["demos/episodes"] == 8, demos["demos/dropped"]
     assert [r["step"] for r in records if r["phase"] == "warm-start" and "train/loss" in r] == [1, 2]
     episodes, turns = _rollouts(records, "desktop-form")
     assert episodes >= 16 and turns > 1  # 2 steps of 2 groups of 4
+    # a group's episodes start on one screen: at least their first turns share a state
+    grouped = [r["batch/step_grouped_turns"] for r in records if r["phase"] == "rl"]
+    assert len(grouped) == 2 and all(0 < g <= 1 for g in grouped)
+
+
+@pytest.mark.parametrize("spec", ["recipe", "step_credit", "small"])
+def test_the_select_menu_recipes_load_and_differ_only_in_step_credit(spec):
+    config = load_recipe(f"{EXAMPLES / 'train_select_menu.py'}:{spec}")
+    assert config.sources[0].env.tasks == ["select-menu"]
+    assert (config.driver.hook.step_credit is None) == (spec == "recipe")
 
 
 @pytest.mark.ray
