@@ -16,7 +16,8 @@ Two configurations: ``main`` (the main job's click-target episodes: one turn) an
 lognormal time, median 1 s, as a real application's I/O does; every group is trained, since
 with fifteen tries most groups pass whole, so ``long`` measures throughput and staleness, and its
 success stays near the warm start's). Each run reports
-``step_s`` (``time/step_s`` of its RL steps, ``{min, median, max}``), ``rl_wall_s``, the
+``step_s`` (``time/step_s`` of its RL steps, ``{min, median, max}``) and its parts
+(``TIME_PARTS``, each ``{min, median, max}``), ``rl_wall_s``, the
 staleness histogram (generated tokens trained by how many versions their sampling policy lagged)
 and the held-out success at the end (the job's final evaluation). Per configuration:
 ``speedup`` (sync over async RL wall time), ``success_sync``, ``success_async``.
@@ -50,6 +51,9 @@ SIZES = {
 LATENCY_MEDIAN_S = 1.0
 LATENCY_SIGMA = 0.8
 MAIN_RECIPE = Path(__file__).resolve().parents[2] / "examples" / "train_click.py"
+TIME_PARTS = ("rollout_wait_s", "train_s", "weight_sync_s", "weight_pause_s")
+"""Where each step's time went (the job's ``time/*`` metrics): waiting for the batch, training,
+the trainer's wait for the weight push, and the longest a replica held requests back for it."""
 MODES = {
     "sync": {"prefetch_batches": 0, "max_staleness": 0},
     "async": {"prefetch_batches": 1, "max_staleness": 2},
@@ -96,6 +100,10 @@ def run(size: str = "small") -> dict[str, Any]:
                 "success_async": runs["async"]["success"],
             }
     return {"steps": shape["steps"], "configs": configs}
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def _recipe(run_dir: Path, shape: dict[str, Any]):
@@ -151,7 +159,8 @@ def _train(run_dir: Path, name: str, mode: str, policy: str, shape: dict[str, An
                 lags[int(key.removeprefix("batch/tokens_lag"))] += int(tokens)
     times = [r["time/step_s"] for r in steps]
     return {
-        "step_s": {"min": min(times), "median": statistics.median(times), "max": max(times)},
+        "step_s": _spread(times),
+        **{name: _spread([r[f"time/{name}"] for r in steps]) for name in TIME_PARTS},
         "rl_wall_s": sum(times),
         "staleness_tokens": {str(lag): lags[lag] for lag in sorted(lags)},
         "stale_tokens_cut": steps[-1].get("groups/stale_tokens", 0),
