@@ -6,10 +6,10 @@ on the same task seeds; only the driver differs:
 - ``sync``: ``prefetch_batches=0``, ``max_staleness=0``. A batch's rollouts all finish, then the
   step trains, then the weights go to the engine; no rollout runs meanwhile, so a step costs its
   slowest episode plus training plus weight sync, one after the other.
-- ``async``: ``prefetch_batches=2``, ``max_staleness=2``, up to 24 groups in flight. Rollouts keep
-  running through training and weight sync (a finished group launches the next), up to three
-  batches' worth; an episode in flight at a weight update continues on the new weights, its turns
-  recording their versions; tokens more than two versions old are cut from the loss and counted.
+- ``async``: ``prefetch_batches=1``, ``max_staleness=2``. Rollouts keep running through training
+  and weight sync (a finished group launches the next); an episode in flight at a weight update
+  continues on the new weights, its turns recording their versions; tokens more than two versions
+  old are cut from the loss and counted.
 
 Two configurations: ``main`` (the main job's click-target episodes: one turn) and ``long``
 (click-target episodes of up to 15 turns on a desktop whose every reset and step takes a
@@ -56,7 +56,7 @@ TIME_PARTS = ("rollout_wait_s", "train_s", "weight_sync_s", "weight_pause_s")
 the trainer's wait for the weight push, and the longest a replica held requests back for it."""
 MODES = {
     "sync": {"prefetch_batches": 0, "max_staleness": 0},
-    "async": {"prefetch_batches": 2, "max_staleness": 2, "max_groups_in_flight": 24},
+    "async": {"prefetch_batches": 1, "max_staleness": 2},
 }
 
 
