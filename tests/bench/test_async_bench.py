@@ -23,3 +23,7 @@ def test_vlrl_bench_async_runs_both_modes_side_by_side():
     lags = {int(lag): tokens for lag, tokens in asynchronous["staleness_tokens"].items()}
     assert sum(tokens for lag, tokens in lags.items() if lag >= 1) > 0
     assert sum(tokens for lag, tokens in lags.items() if lag > 2) == asynchronous["stale_tokens_cut"]
+    # The machine's busy CPU time over the RL steps: a share of what the cores could give.
+    for run in (sync, asynchronous):
+        assert 0 < run["cpu_utilization"] <= 1.05, run["cpu_utilization"]
+    assert long["speedup_bound"] == 1 / sync["cpu_utilization"]

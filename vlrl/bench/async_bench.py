@@ -19,8 +19,11 @@ success stays near the warm start's). Each run reports
 ``step_s`` (``time/step_s`` of its RL steps, ``{min, median, max}``) and its parts
 (``TIME_PARTS``, each ``{min, median, max}``), ``rl_wall_s``, the
 staleness histogram (generated tokens trained by how many versions their sampling policy lagged)
-and the held-out success at the end (the job's final evaluation). Per configuration:
-``speedup`` (sync over async RL wall time), ``success_sync``, ``success_async``.
+and the held-out success at the end (the job's final evaluation), and the machine's busy CPU
+seconds over the RL steps (``cpu_busy_s``, ``cpu_utilization`` of all cores; ``CpuMeter``).
+Per configuration: ``speedup`` (sync over async RL wall time), ``speedup_bound`` (one over the
+synchronous run's utilization: what overlap could gain at most on this machine, were the
+asynchronous run to keep every core busy with the same work), ``success_sync``, ``success_async``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from harnesses.desktop.harness import DesktopHarness
+from vlrl.bench.cpu_meter import CpuMeter
 from vlrl.harness import register
 
 SIZES = {
@@ -96,6 +100,7 @@ def run(size: str = "small") -> dict[str, Any]:
             configs[name] = {
                 **runs,
                 "speedup": runs["sync"]["rl_wall_s"] / runs["async"]["rl_wall_s"],
+                "speedup_bound": 1 / runs["sync"]["cpu_utilization"],
                 "success_sync": runs["sync"]["success"],
                 "success_async": runs["async"]["success"],
             }
@@ -149,9 +154,14 @@ def _train(run_dir: Path, name: str, mode: str, policy: str, shape: dict[str, An
         hook = config.driver.hook
         sampler = replace(hook.sampler, include_min=True, include_max=True)
         config.driver = replace(config.driver, hook=replace(hook, sampler=sampler, drop_zero_advantage=False))
-    summary = config.build().run()
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    with CpuMeter() as cpu:
+        summary = config.build().run()
+    log = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
     steps = [r for r in records if r.get("phase") == "rl"]
+    log_start = log.stat().st_mtime - records[-1]["time_s"]  # the last record (the summary) was the last write
+    rl_start, rl_end = log_start + steps[0]["time_s"] - steps[0]["time/step_s"], log_start + steps[-1]["time_s"]
+    busy = cpu.busy_between(rl_start, rl_end)
     lags: Counter[int] = Counter()
     for record in steps:
         for key, tokens in record.items():
@@ -166,4 +176,6 @@ def _train(run_dir: Path, name: str, mode: str, policy: str, shape: dict[str, An
         "stale_tokens_cut": steps[-1].get("groups/stale_tokens", 0),
         "spanning_sequences": sum(int(r.get("batch/spanning_sequences", 0)) for r in steps),
         "success": summary["success_last"],
+        "cpu_busy_s": busy,
+        "cpu_utilization": busy / (CpuMeter.cores() * (rl_end - rl_start)),
     }
