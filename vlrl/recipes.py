@@ -103,7 +103,7 @@ def base_recipe(sources: list[DataSource], *, run_dir: str = "runs/train") -> Tr
     return TrainJob.Config(
         run_dir=run_dir,
         tiny=TinyModel(rope_theta=10.0),
-        engine=EmbeddedEngine.Config(cpus=0, max_batch=32, torch_threads=1),
+        engine=EmbeddedEngine.Config(cpus=0, max_batch=32, torch_threads=2),
         pool=HarnessPool.Config(budget=HostBudget(total_hosts=1 + 2 * len(codebases), shares=shares)),
         sources=sources,
         driver=Driver.Config(

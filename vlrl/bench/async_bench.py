@@ -148,6 +148,9 @@ def _train(run_dir: Path, name: str, mode: str, policy: str, shape: dict[str, An
         config.driver = replace(config.driver, groups_per_batch=shape["groups_per_batch"])
         config.pool.budget = HostBudget(total_hosts=3, shares={"loop": 1, "desktop-latency": 2})
         config.pool.env_host = HostConfig(max_tenants=64, threads=64)  # a delay holds a thread, not a core
+        # One decode thread: with up to 128 episodes in flight beside the trainer, two threads
+        # oversubscribed the two cores (measured: 10 synchronous steps in 219 s with two, 141 s with one).
+        config.engine = replace(config.engine, torch_threads=1)
         config.trainer.trainer.micro_batches = replace(config.trainer.trainer.micro_batches, max_tokens_per_micro_batch=8192)
         # Fifteen tries make most groups all-pass (and an untrained policy all-fail): train every
         # group, so that both modes take the same steps on the same groups' worth of episodes.
