@@ -24,6 +24,7 @@ from vlrl.recipes import (
     TrainJob,
     WarmStart,
     base_recipe,
+    ci_size,
 )
 
 
@@ -46,14 +47,8 @@ def recipe() -> TrainJob.Config:
 
 def small() -> TrainJob.Config:
     """A smoke run of every stage at CI size: 2 warm-start steps, 2 RL steps."""
-    config = recipe()
-    config.run_dir = "runs/train_click_small"
-    config.warm_start = WarmStart(episodes=16, steps=2, sequences_per_step=8, lr=1e-2, point_grid=7)
-    config.sources[0].group_size = 4
-    config.driver.groups_per_batch = 2
-    config.driver.hook.sampler.include_min = True  # an untrained policy fails everything: keep such groups
-    config.driver.hook.drop_zero_advantage = False
-    config.steps = 2
+    config = ci_size(recipe(), "runs/train_click_small", demonstrations=16, group_size=4)
+    config.warm_start.sequences_per_step = 8
     config.eval = Evaluation(episodes=4, every=1, screenshots=1)
     config.checkpoint_every = 1
     return config

@@ -16,7 +16,7 @@ are compared with each other apart from the first click.
 """
 
 from vlrl.control.step_credit import StepCredit
-from vlrl.recipes import AgentBehaviour, DataSource, EnvSettings, Evaluation, TrainJob, WarmStart, base_recipe
+from vlrl.recipes import AgentBehaviour, DataSource, EnvSettings, TrainJob, base_recipe, ci_size
 
 
 def menu_source() -> DataSource:
@@ -45,14 +45,4 @@ def step_credit() -> TrainJob.Config:
 
 def small() -> TrainJob.Config:
     """Every stage at CI size, with step-level credit: 2 warm-start steps, 2 RL steps of 2 groups of 4."""
-    config = step_credit()
-    config.run_dir = "runs/train_select_menu_small"
-    config.warm_start = WarmStart(episodes=8, steps=2, sequences_per_step=4, lr=1e-2, point_grid=7)
-    config.sources[0].group_size = 4
-    config.driver.groups_per_batch = 2
-    config.driver.hook.sampler.include_min = True  # an untrained policy fails everything: keep such groups
-    config.driver.hook.drop_zero_advantage = False
-    config.steps = 2
-    config.eval = Evaluation(episodes=2, every=0, screenshots=1, chance=False)
-    config.checkpoint_every = 0
-    return config
+    return ci_size(step_credit(), "runs/train_select_menu_small", demonstrations=8, group_size=4)

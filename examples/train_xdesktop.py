@@ -28,6 +28,7 @@ from vlrl.job.evaluate import Evaluation
 from vlrl.job.train_job import TrainJob
 from vlrl.pool import HostBudget
 from vlrl.pool.host_config import HostConfig
+from vlrl.recipes import ci_size
 
 MAIN_JOB = Path(__file__).with_name("train_click.py")
 TRAINED = ["editor-write-save"]
@@ -62,17 +63,7 @@ def recipe() -> TrainJob.Config:
 
 def small() -> TrainJob.Config:
     """Every stage at CI size: 4 demonstrations, 2 warm-start steps, 2 RL steps of 2 groups of 2."""
-    config = recipe()
-    config.run_dir = "runs/train_xdesktop_small"
-    config.warm_start = WarmStart(episodes=4, steps=2, sequences_per_step=4, lr=1e-2, point_grid=7)
-    config.sources[0].group_size = 2
-    config.driver.groups_per_batch = 2
-    config.driver.hook.sampler.include_min = True  # an untrained policy fails everything: keep such groups
-    config.driver.hook.drop_zero_advantage = False
-    config.steps = 2
-    config.eval = Evaluation(episodes=2, every=0, screenshots=1)
-    config.checkpoint_every = 0
-    return config
+    return ci_size(recipe(), "runs/train_xdesktop_small", demonstrations=4, group_size=2)
 
 
 def suite() -> TrainJob.Config:

@@ -25,6 +25,7 @@ from vlrl.control.grader import GraderRunner
 from vlrl.control.group_hook import GroupHook
 from vlrl.control.penalties import OverlongPenalty
 from vlrl.control.sampler import PassRateSampler
+from vlrl.control.step_credit import StepCredit
 from vlrl.job.demos import WarmStart
 from vlrl.job.distill import Teacher
 from vlrl.job.eval_job import EvalJob
@@ -79,17 +80,19 @@ __all__ = [
     "RayRuntime",
     "RayStore",
     "ScriptedRollout",
+    "StepCredit",
     "Teacher",
     "TinyModel",
+    "Tracking",
     "TrainJob",
     "Trainer",
-    "Tracking",
     "TrainerGroup",
     "TransferQueueStore",
     "VLLMEngine",
     "WandbTracker",
     "WarmStart",
     "base_recipe",
+    "ci_size",
 ]
 
 
@@ -122,3 +125,20 @@ def base_recipe(sources: list[DataSource], *, run_dir: str = "runs/train") -> Tr
         eval=Evaluation(episodes=200, every=10),
         checkpoint_every=10,
     )
+
+
+def ci_size(config: TrainJob.Config, run_dir: str, *, demonstrations: int, group_size: int) -> TrainJob.Config:
+    """``config`` shrunk to a smoke run of every stage (CI): ``demonstrations`` for a 2-step warm
+    start, then 2 RL steps of 2 groups of ``group_size``, keeping the groups an untrained policy
+    fails whole, and a 2-episode final evaluation."""
+    config.run_dir = run_dir
+    config.warm_start = WarmStart(episodes=demonstrations, steps=2, sequences_per_step=4, lr=1e-2, point_grid=7)
+    for source in config.sources:
+        source.group_size = group_size
+    config.driver.groups_per_batch = 2
+    config.driver.hook.sampler.include_min = True  # an untrained policy fails everything: keep such groups
+    config.driver.hook.drop_zero_advantage = False
+    config.steps = 2
+    config.eval = Evaluation(episodes=2, every=0, screenshots=1)
+    config.checkpoint_every = 0
+    return config
