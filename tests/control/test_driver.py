@@ -302,15 +302,15 @@ def test_replayed_seeds_launch_first_and_open_seeds_name_what_is_not_trained(par
 
     async def main():
         batch = await driver.next_batch(policy_version=0)
-        open_before = driver.open_seeds()
+        open_before = driver.seeds.open_seeds()
         driver.consumed(batch)
-        open_after = driver.open_seeds()
+        open_after = driver.seeds.open_seeds()
         await driver.close()
         return batch, open_before, open_after
 
     batch, open_before, open_after = asyncio.run(main())
     assert batch.groups[0].group_id in {"a/7", "a/9"}  # the replayed seeds went first, in order
-    assert open_before == {"a": [7, 9]} and driver.next_seeds == {"a": 20}
+    assert open_before == {"a": [7, 9]} and driver.seeds.next_seeds == {"a": 20}
     trained = int(batch.groups[0].group_id.split("/")[1])
     assert open_after == {"a": sorted({7, 9} - {trained})}
     assert _balanced(driver.book) and store.stats().keys == 0

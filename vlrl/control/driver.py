@@ -38,6 +38,7 @@ from ray.exceptions import RayError
 from vlrl.config import ConfigError, DataSource, Ge, Gt
 from vlrl.control.grader import Grader, GraderRunner
 from vlrl.control.group_hook import GroupHook
+from vlrl.control.task_seeds import TaskSeeds
 from vlrl.mm import image_refs
 from vlrl.pool.budget import split_by_shares
 from vlrl.pool.harness_pool import HarnessPool
@@ -182,11 +183,8 @@ class Driver:
         self._buffer: dict[str, deque[AcceptedGroup]] = defaultdict(deque)
         self._in_flight: dict[str, int] = defaultdict(int)
         self._grading: dict[str, int] = defaultdict(int)
-        first = seed if isinstance(seed, Mapping) else dict.fromkeys(self.sources, seed)
-        self._next_seed = {name: int(first.get(name, 0)) for name in self.sources}
-        self._replay = {name: deque(sorted((replay or {}).get(name, ()))) for name in self.sources}
-        self._open: dict[str, tuple[str, int]] = {}
-        """Groups launched and neither trained nor left, by group id: (source, task seed)."""
+        self.seeds = TaskSeeds(self.sources, seed, replay)
+        """Task seeds used, and those of groups not trained yet (what a checkpoint records)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._grading_waiter: asyncio.Task[Any] | None = None
         self._step = 0
@@ -246,20 +244,6 @@ class Driver:
             self._leave(group.group_id, "failed", "payload lost with a store shard before training")
         return len(broken)
 
-    @property
-    def next_seeds(self) -> dict[str, int]:
-        """The first task seed of each source not launched yet."""
-        return dict(self._next_seed)
-
-    def open_seeds(self) -> dict[str, list[int]]:
-        """Task seeds of the groups launched and neither trained nor left (rolling out, being
-        graded, buffered, or queued for replay): what a checkpoint taken now has not trained, and
-        a run resumed from it replays (``replay``)."""
-        out = {name: list(queue) for name, queue in self._replay.items()}
-        for source, seed in self._open.values():
-            out[source].append(seed)
-        return {name: sorted(seeds) for name, seeds in out.items() if seeds}
-
     def _left(self) -> int:
         """Groups that left without being accepted so far."""
         book = self.book
@@ -278,7 +262,7 @@ class Driver:
         self._delete(batch.sequences)
         self.book.trained += len(batch.groups)
         for group in batch.groups:
-            self._open.pop(group.group_id, None)
+            self.seeds.close(group.group_id)
         if batch.min_version is not None:
             self.book.stale_tokens += sum(meta.tokens_older_than(batch.min_version) for meta in batch.sequences)
 
@@ -323,14 +307,7 @@ class Driver:
         self._launch()  # keep the pipeline full, even while the trainer works
 
     async def _play_group(self, source: DataSource) -> None:
-        replay = self._replay[source.name]
-        if replay:
-            seed = replay.popleft()
-        else:
-            seed = self._next_seed[source.name]
-            self._next_seed[source.name] += 1
-        group_id = f"{source.name}/{seed}"
-        self._open[group_id] = (source.name, seed)
+        seed, group_id = self.seeds.start(source.name)
         self.book.generated += 1
         try:
             outcomes = await asyncio.gather(
@@ -461,7 +438,7 @@ class Driver:
             self.book.reasons[f"take back failed: {type(error).__name__}"] += 1
 
     def _leave(self, group_id: str, status: str, reason: str) -> None:
-        self._open.pop(group_id, None)
+        self.seeds.close(group_id)
         setattr(self.book, status, getattr(self.book, status) + 1)
         self.book.reasons[f"{status}: {_reason_kind(reason)}"] += 1
 

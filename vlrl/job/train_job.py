@@ -293,7 +293,7 @@ class TrainJob:
                     await self._rl_step(s, state, driver, group)
                     state.generated = generated_before + driver.book.generated
                     if should_checkpoint(state.step, config.checkpoint_every, config.steps):
-                        state.next_seeds, state.open_seeds = driver.next_seeds, driver.open_seeds()
+                        state.next_seeds, state.open_seeds = driver.seeds.next_seeds, driver.seeds.open_seeds()
                         await self._checkpoint(s, state, group)
             finally:
                 await driver.close()
