@@ -11,6 +11,7 @@ import pytest
 from vlrl.bench.tiles_bench import desktop_screens
 from vlrl.mm import describe_image
 from vlrl.mm.image_rows import ImageWriter, pack_key, read_images
+from vlrl.mm.tiles import TileCodec, tile_hash
 from vlrl.store import LocalStore
 
 
@@ -56,7 +57,7 @@ def test_screens_come_back_exact_and_later_turns_write_only_what_changed(store):
 def test_a_pack_lives_while_any_image_naming_it_does(store):
     shots = _typing_screens()
     metas, _ = _write(store, shots, "seq/a")
-    first_pack = pack_key(metas[0].content_hash)
+    first_pack = pack_key(list(dict.fromkeys(tile_hash(t) for t in TileCodec().split(shots[0]))))
     order = list(range(len(metas)))
     random.Random(0).shuffle(order)
     for step, i in enumerate(order):
@@ -79,6 +80,23 @@ def test_an_image_two_trajectories_share_is_stored_once_and_outlives_either(stor
     store.release([(m.store_key, f"seq/a/{i}") for i, m in enumerate(first)])
     assert read_images(store, [second[0].store_key])[second[0].store_key].tobytes() == shots[0].tobytes()
     store.release([(second[0].store_key, "seq/b/0"), (second[0].store_key, "seq/b/1")])
+    assert store.stats().keys == 0
+
+
+def test_writers_that_knew_different_tiles_store_one_image_in_packs_of_their_own(store):
+    # A's first screen introduced all its tiles; once that image went, its pack lived on in A's
+    # later screen. B had written another screen first, so the same first screen introduces
+    # fewer tiles for B, in other slots: B's pack must not be taken for A's.
+    shots = _typing_screens(turns=3)
+    other = shots[0].copy()  # the first screen's left half, and noise
+    other[:, 320:] = np.random.default_rng(0).integers(0, 256, other[:, 320:].shape, dtype=np.uint8)
+    a, _ = _write(store, shots[:2], "seq/a")
+    store.release([(a[0].store_key, "seq/a/0")])
+    b, _ = _write(store, [other, shots[0]], "seq/b")
+    back = read_images(store, [b[1].store_key, a[1].store_key])
+    assert back[b[1].store_key].tobytes() == shots[0].tobytes()
+    assert back[a[1].store_key].tobytes() == shots[1].tobytes()
+    store.release([(a[1].store_key, "seq/a/1"), *((m.store_key, f"seq/b/{i}") for i, m in enumerate(b))])
     assert store.stats().keys == 0
 
 

@@ -2,7 +2,9 @@
 
 With tiles (the store's ``image_tile_px``, on by default), an image key holds a manifest: its
 size, the tile side, the *packs* its tiles are in and each tile's ``(pack, slot)``. A pack is the
-tiles an image introduced, compressed (``mm.tiles``), under ``tiles/<that image's hash>``. An
+tiles an image introduced, compressed (``mm.tiles``), under a key named by those tiles' hashes in
+slot order: which tiles an image introduces depends on what its writer wrote before, so two
+writers of one image may make different packs of it, and a pack key names one content only. An
 ``ImageWriter`` writes one writer's images (a trajectory's, in turn order) and remembers their
 tiles, so a later screen stores only the tiles that changed and names the earlier packs for the
 rest. An image key holds one reference to each of its packs (``put_shared(..., holds=...)``), so
@@ -15,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import blake3
 import numpy as np
 
-from vlrl.mm.tiles import TileCodec, decode_manifest, encode_manifest, pack_tiles, tile_hash, unpack_tile
+from vlrl.mm.tiles import HASH_BYTES, TileCodec, decode_manifest, encode_manifest, pack_tiles, tile_hash, unpack_tile
 from vlrl.records import PIXELS, MMItemMeta
 from vlrl.store.errors import KeyMissingError
 
@@ -28,9 +31,9 @@ row each) and ``(height, width, tile)``."""
 PACK_PREFIX = "tiles/"
 
 
-def pack_key(content_hash: str) -> str:
-    """The key of the pack of tiles the image ``content_hash`` introduced."""
-    return PACK_PREFIX + content_hash
+def pack_key(tile_hashes: Sequence[bytes]) -> str:
+    """The key of the pack of the tiles ``tile_hashes``, in slot order."""
+    return PACK_PREFIX + blake3.blake3(b"".join(tile_hashes)).hexdigest(length=HASH_BYTES)
 
 
 class ImageWriter:
@@ -47,13 +50,13 @@ class ImageWriter:
             return store.put_shared(meta.store_key, {PIXELS: pixels}, holder=holder, writer=writer)
         if store.share([meta.store_key], holder, writer=writer)[0]:
             return False
-        key, own = meta.store_key, pack_key(meta.content_hash)
         tiles = list(self._codec.split(pixels))
         hashes = [tile_hash(t) for t in tiles]
         fresh: dict[bytes, np.ndarray] = {}  # new tiles, in slot order
         for digest, tile in zip(hashes, tiles):
             if digest not in self._known:
                 fresh.setdefault(digest, tile)
+        key, own = meta.store_key, pack_key(list(fresh))
         slots = {digest: slot for slot, digest in enumerate(fresh)}
         places = [self._known.get(d) or (own, slots[d]) for d in hashes]
         packs = list(dict.fromkeys(pack for pack, _ in places))
