@@ -2,6 +2,7 @@
 
     vlrl train examples/train_select_menu.py               # GRPO (not yet run at length)
     vlrl train examples/train_select_menu.py:step_credit   # the same run with step-level credit
+    vlrl train examples/train_select_menu.py:replay        # the same run with replay of hard tasks
     vlrl train examples/train_select_menu.py:small         # a 2-step smoke run (CI)
 
 The desktop harness's ``select-menu`` family at 160x120 without decoys: a window whose menu bar
@@ -13,10 +14,14 @@ then GRPO on groups of 8, as the main job (``train_click.py``).
 ``step_credit`` adds step-level credit (``hook.step_credit``): a group's episodes start on one
 screen, and those that opened the same menu see the same second screen, so their item choices
 are compared with each other apart from the first click.
+
+``replay`` adds replay of hard tasks (``DataSource.replay``): a menu the group opened and chose
+right only once or twice in eight is played again, and if the revisit solves nothing, the kept
+success joins it, trained under truncated importance sampling against the policy that sampled it.
 """
 
 from vlrl.control.step_credit import StepCredit
-from vlrl.recipes import AgentBehaviour, DataSource, EnvSettings, TrainJob, base_recipe, ci_size
+from vlrl.recipes import AgentBehaviour, DataSource, EnvSettings, Replay, TrainJob, base_recipe, ci_size
 
 
 def menu_source() -> DataSource:
@@ -40,6 +45,15 @@ def step_credit() -> TrainJob.Config:
     config = recipe()
     config.run_dir = "runs/train_select_menu_step_credit"
     config.driver.hook.step_credit = StepCredit(weight=1.0, gamma=0.95)
+    return config
+
+
+def replay() -> TrainJob.Config:
+    """``recipe`` with replay of hard tasks on the same seeds and budget."""
+    config = recipe()
+    config.run_dir = "runs/train_select_menu_replay"
+    config.sources[0].replay = Replay(max_pass_rate=0.25, revisits=2, cap=32, max_age=4)
+    config.trainer.trainer.loss.tis_cap = 2.0
     return config
 
 

@@ -19,7 +19,7 @@ warm start -> 0.87 after 50 GRPO steps, 401 s, `bash scripts/main.sh`).
 from __future__ import annotations
 
 from encoders.spec import EncoderSpec
-from vlrl.config import AgentBehaviour, DataSource, EnvSettings
+from vlrl.config import AgentBehaviour, DataSource, EnvSettings, Replay
 from vlrl.control.driver import Driver
 from vlrl.control.grader import GraderRunner
 from vlrl.control.group_hook import GroupHook
@@ -79,6 +79,7 @@ __all__ = [
     "Progress",
     "RayRuntime",
     "RayStore",
+    "Replay",
     "ScriptedRollout",
     "StepCredit",
     "Teacher",

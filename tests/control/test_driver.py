@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pytest
 
 from tests.control.stored_trajectory import StoredTrajectory, StoreSetup
-from vlrl.config import DataSource, EnvSettings
+from vlrl.config import DataSource, EnvSettings, Replay
 from vlrl.control.driver import Driver, DriverStalled
 from vlrl.control.grader import GraderRunner
 from vlrl.control.group_hook import GroupHook
@@ -314,3 +314,45 @@ def test_replayed_seeds_launch_first_and_open_seeds_name_what_is_not_trained(par
     trained = int(batch.groups[0].group_id.split("/")[1])
     assert open_after == {"a": sorted({7, 9} - {trained})}
     assert _balanced(driver.book) and store.stats().keys == 0
+
+
+@dataclass(frozen=True)
+class RareSuccess(StoredTrajectory):
+    """Solved once in a group on a task's first play (sample 0), never on a revisit."""
+
+    async def run(self, ctx):
+        metas = await super().run(ctx)
+        success = self.index == 0 and "~" not in self.group_id
+        return [replace(meta, success=success, reward=float(success)) for meta in metas]
+
+
+def test_a_hard_tasks_success_joins_its_revisits_through_the_real_pool_and_store(parts):
+    pool, store = parts
+    hard = replace(A, name="hard", replay=Replay(max_pass_rate=0.25, revisits=2))
+    driver = Driver(
+        Driver.Config(groups_per_batch=1, prefetch_batches=0, max_groups_in_flight=1), [hard], pool, store,
+        tenant_factory=lambda source, seed, group_id, index: RareSuccess(source, seed, group_id, index),
+    )  # fmt: skip
+
+    async def main():
+        batches = []
+        for _ in range(3):
+            batch = await driver.next_batch(policy_version=0)
+            rows = store.get([m.key for m in batch.sequences], ["advantages", "loss_mask"])
+            batches.append((batch, rows))
+            driver.consumed(batch)
+        await driver.close()
+        return batches
+
+    batches = asyncio.run(main())
+    ids = [batch.groups[0].group_id for batch, _ in batches]
+    assert ids == ["hard/0", "hard/0~1", "hard/0~2"]
+    kept = batches[0][0].sequences[0].key
+    for batch, rows in batches[1:]:
+        (copy,) = [m for m in batch.sequences if m.replay_of]
+        assert copy.replay_of == kept and copy.success and len(batch.sequences) == 5
+        row = rows[copy.key]
+        assert (row["advantages"][row["loss_mask"]] > 0).all()  # the one success among five: trained up
+    assert driver.replay.book.joined == 2 and driver.replay.book.held == 0
+    assert driver.book.trained == 3 and _balanced(driver.book)
+    assert store.stats().keys == 0

@@ -157,7 +157,7 @@ def test_a_trajectory_across_a_weight_update_records_each_turns_version(ray_sess
         finish="max_turns", patch_rule=patch_rule_of(processor),
     )  # fmt: skip
     assert meta.turn_versions == (0, 1, 1) and meta.policy_version == 0 and meta.newest_version == 1
-    assert meta.tokens_older_than(1) == meta.turn_tokens[0] > 0
+    assert meta.stale_tokens(1) == meta.turn_tokens[0] > 0
     payload = store.get([meta.key])[meta.key]
     first = np.zeros(meta.num_tokens - 1, bool)  # logprob positions t - 1 of the first turn's tokens
     first[meta.context_lengths[0] - 1 : meta.context_lengths[0] - 1 + meta.turn_tokens[0]] = True

@@ -86,6 +86,29 @@ class AgentBehaviour:
 
 
 @dataclass(kw_only=True, slots=True)
+class Replay:
+    """Replay of hard tasks (``DataSource.replay``; ARPO's and DART's scheme): a task whose group
+    solved it rarely is played again, and a success it had joins the later group if that one
+    solved nothing, so the group still has a reward spread to learn from."""
+
+    max_pass_rate: Annotated[float, Gt(0), Le(1)] = 0.25
+    """A task is hard when its group's pass rate is above 0 and at most this: one success of the
+    group is kept for replay (the newest policy's, once a later group solves it again)."""
+
+    revisits: Annotated[int, Ge(1)] = 2
+    """Later groups of a hard task, each launched before any new task of the source."""
+
+    cap: Annotated[int, Ge(1)] = 32
+    """Kept successes of the source at most; a new one evicts the oldest."""
+
+    max_age: Annotated[int, Ge(0)] = 4
+    """Policy versions a kept success may lag behind the current policy and still join a group
+    (its tokens then train under truncated importance sampling, ``loss.tis_cap``, against the
+    policy that sampled them); an older one is deleted instead. This bound replaces
+    ``driver.max_staleness`` for replayed tokens."""
+
+
+@dataclass(kw_only=True, slots=True)
 class DataSource:
     """Tasks of one harness codebase under one agent behaviour and one env settings."""
 
@@ -106,3 +129,6 @@ class DataSource:
 
     group_size: Annotated[int, Ge(1)] = 8
     """Trajectories per task (a group) for group-relative advantages."""
+
+    replay: Replay | None = None
+    """Replay of hard tasks' successes into their later groups; None for none."""

@@ -20,6 +20,10 @@ a dead shard, leaves as ``failed``; deletions skip a dead shard, since what it h
 shard restarts empty, so before a batch is yielded its groups' keys and image references are
 checked, and a group that lost any leaves as ``failed`` instead of reaching the trainer.
 
+A source with ``replay`` keeps one success of each hard task (a trained group that solved it
+rarely) and plays the task again; the kept success joins a revisit that solved nothing
+(``control.replay``), and the buffer owns its keys until it deletes them, each for a counted reason.
+
 Books are kept in groups: ``generated == accepted + rejected + dropped + failed + stale + pending``
 at every step, and every accepted group is trained exactly once.
 """
@@ -38,6 +42,7 @@ from ray.exceptions import RayError
 from vlrl.config import ConfigError, DataSource, Ge, Gt
 from vlrl.control.grader import Grader, GraderRunner
 from vlrl.control.group_hook import GroupHook
+from vlrl.control.replay import ReplayBuffer
 from vlrl.control.task_seeds import TaskSeeds
 from vlrl.mm import image_refs
 from vlrl.pool.budget import split_by_shares
@@ -168,7 +173,9 @@ class Driver:
         if len(set(names)) != len(names):
             raise ConfigError("sources", names, "unique source names")
         if config.hook.mode == "opd" and grader is None:
-            raise ConfigError("hook.mode", "opd", "a teacher scorer given as the driver's grader (control.teacher.TeacherScorer)")
+            raise ConfigError(
+                "hook.mode", "opd", "a teacher scorer given as the driver's grader (control.teacher.TeacherScorer)"
+            )
         self.config = config
         self.sources = {source.name: source for source in sources}
         self.quotas = config.quotas(sources)
@@ -185,6 +192,8 @@ class Driver:
         self._grading: dict[str, int] = defaultdict(int)
         self.seeds = TaskSeeds(self.sources, seed, replay)
         """Task seeds used, and those of groups not trained yet (what a checkpoint records)."""
+        self.replay = ReplayBuffer(self.sources, store, self._delete)
+        """Hard tasks' kept successes (sources with ``replay``), and their books."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._grading_waiter: asyncio.Task[Any] | None = None
         self._step = 0
@@ -201,7 +210,9 @@ class Driver:
             if all(len(self._buffer[name]) >= quota for name, quota in self.quotas.items()):
                 lost = self._fail_lost_groups()
                 if lost == 0:
-                    groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
+                    groups = tuple(
+                        self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota)
+                    )
                     self._step += 1
                     return Batch(self._step, groups, min_version=policy_version - self.config.max_staleness)
                 if lost is None:  # the store did not answer: look again after a pause, a bounded number of times
@@ -258,13 +269,20 @@ class Driver:
         self._step -= 1
 
     def consumed(self, batch: Batch) -> None:
-        """The trainer is done with ``batch``: delete its keys (and images nobody needs any more)."""
-        self._delete(batch.sequences)
-        self.book.trained += len(batch.groups)
+        """The trainer is done with ``batch``: delete its keys (and images nobody needs any more),
+        but for the successes of hard tasks the replay buffer keeps."""
+        kept: set[str] = set()
         for group in batch.groups:
+            task = self.seeds.task(group.group_id)
+            taken, again = self.replay.trained(task, group.metas)
+            kept |= taken
+            if again:
+                self.seeds.revisit(*task)
             self.seeds.close(group.group_id)
+        self._delete([meta for meta in batch.sequences if meta.key not in kept])
+        self.book.trained += len(batch.groups)
         if batch.min_version is not None:
-            self.book.stale_tokens += sum(meta.tokens_older_than(batch.min_version) for meta in batch.sequences)
+            self.book.stale_tokens += sum(meta.stale_tokens(batch.min_version) for meta in batch.sequences)
 
     async def close(self) -> None:
         """Let rollouts and grading in flight finish (their tenants would otherwise still write),
@@ -285,6 +303,7 @@ class Driver:
             for group in buffered:
                 self._delete(group.metas)
             buffered.clear()
+        self.replay.close()
 
     # -- rollouts ----------------------------------------------------------------------------
 
@@ -293,10 +312,9 @@ class Driver:
         if self._closing:
             return
         for name, quota in self.quotas.items():
-            while (
-                self._undecided() < self.config.max_groups_in_flight
-                and len(self._buffer[name]) + self._undecided(name) < quota * (1 + self.config.prefetch_batches)
-            ):
+            while self._undecided() < self.config.max_groups_in_flight and len(self._buffer[name]) + self._undecided(
+                name
+            ) < quota * (1 + self.config.prefetch_batches):
                 self._in_flight[name] += 1
                 task = asyncio.get_running_loop().create_task(self._run_group(self.sources[name]))
                 self._tasks.add(task)
@@ -330,6 +348,7 @@ class Driver:
             self._delete(metas)  # the trajectories that did finish, and their images
             self._leave(group_id, "failed", _failure_reason(failed))
             return
+        metas = self.replay.join((source.name, seed), group_id, metas, self._version)
         if self.grader is not None:
             self.grader.submit(metas)
             self._grading[source.name] += 1
@@ -380,7 +399,9 @@ class Driver:
             decision = await self._hook_with_retries(metas)
         except STORE_ERRORS as error:
             self._delete(metas)
-            self._leave(group_id_of(metas), "failed", f"accept-time hook: {type(error).__name__}: {str(error).splitlines()[0]}")
+            self._leave(
+                group_id_of(metas), "failed", f"accept-time hook: {type(error).__name__}: {str(error).splitlines()[0]}"
+            )
             return
         if not decision.accepted:
             self._delete(metas)
@@ -399,7 +420,9 @@ class Driver:
                 buffered.remove(group)
                 self._delete(group.metas)
                 self.book.accepted -= 1
-                self._leave(group.group_id, "stale", f"policy version {newest[id(group)]} (its newest) older than {oldest}")
+                self._leave(
+                    group.group_id, "stale", f"policy version {newest[id(group)]} (its newest) older than {oldest}"
+                )
 
     async def _hook_with_retries(self, metas: tuple[SeqMeta, ...]) -> Any:
         """The hook's decision; a store error is retried with doubling back-off, a lost shard is not."""
@@ -438,6 +461,7 @@ class Driver:
             self.book.reasons[f"take back failed: {type(error).__name__}"] += 1
 
     def _leave(self, group_id: str, status: str, reason: str) -> None:
+        self.replay.untrained(self.seeds.task(group_id), status)
         self.seeds.close(group_id)
         setattr(self.book, status, getattr(self.book, status) + 1)
         self.book.reasons[f"{status}: {_reason_kind(reason)}"] += 1

@@ -318,6 +318,7 @@ class TrainJob:
             **s.meter.take(),
             **batch_metrics(batch, state.version - 1),
             **book_metrics(driver.book),
+            **({f"replay/{k}": v for k, v in driver.replay.book.report().items()} if driver.replay.config else {}),
             **s.store_metrics(),
             "batch/group_ids": [g.group_id for g in batch.groups],
             "policy_version": state.version,

@@ -69,6 +69,10 @@ class SeqMeta:
     task: str = ""
     """The task family the episode was drawn from (the harness's ``info["task"]`` at reset; ''
     when the harness does not say): per-task success in evaluation reports."""
+    replay_of: str = ""
+    """The kept sequence this one copies (``control.replay``): a success of an earlier group of
+    the same task, replayed into this group; its tokens are as old as the original's and the
+    replay's own age bound applies to them, not the batch's staleness bound. '' when fresh."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
@@ -115,6 +119,9 @@ class SeqMeta:
         """``(policy version, generated tokens)`` of each request, in order."""
         return list(zip(self.turn_versions, self.turn_tokens)) or [(self.policy_version, self.num_response_tokens)]
 
-    def tokens_older_than(self, version: int) -> int:
-        """Generated tokens sampled by a policy version older than ``version``."""
-        return sum(n for v, n in self.version_tokens() if v < version)
+    def stale_tokens(self, min_version: int) -> int:
+        """Generated tokens a step that trains from ``min_version`` on leaves out of the loss:
+        those sampled by an older policy, none of a replayed sequence (``replay_of``)."""
+        if self.replay_of:
+            return 0
+        return sum(n for v, n in self.version_tokens() if v < min_version)

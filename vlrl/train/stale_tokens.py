@@ -5,7 +5,8 @@ turns of several policy versions (``SeqMeta.turn_versions``). A step given ``min
 only the tokens sampled by that version or a newer one: the others' loss mask is cleared in the
 rank's window before the targets are shifted, so they count in no loss term and no denominator.
 Which version sampled a window position comes from metadata alone: the position's sequence and
-offset (``segment_ids``, ``position_ids``) fall in one request's generated tokens.
+offset (``segment_ids``, ``position_ids``) fall in one request's generated tokens. A replayed
+sequence (``SeqMeta.replay_of``) keeps its loss: the replay's own age bound applies to it.
 """
 
 from __future__ import annotations
@@ -34,14 +35,14 @@ def cut_stale(
 ) -> PackedWindow:
     """``window`` without loss on the tokens older than ``min_version`` (a new mask array: the
     window may be a segment its TP group shares); the window itself when none is."""
-    if min_version is None or all(metas[key].policy_version >= min_version for key in micro_batch.keys):
+    if min_version is None or not any(metas[key].stale_tokens(min_version) for key in micro_batch.keys):
         return window
     keep = np.ones(len(window), bool)
     real = slice(0, window.num_tokens)
     segments, positions = window.segment_ids[real], window.position_ids[real]
     for segment in np.unique(segments):
         meta = metas[micro_batch.keys[segment]]
-        if meta.policy_version >= min_version:
+        if not meta.stale_tokens(min_version):
             continue
         at = np.flatnonzero(segments == segment)
         keep[at] = token_versions(meta, positions[at].astype(np.int64)) >= min_version

@@ -226,7 +226,7 @@ class Trainer:
             real_tokens=sum(mb.num_tokens for batches in plan.ranks for mb in batches),
             micro_batches=plan.num_micro_batches,
             encoded_images=self._sum(encoded.stats.images),
-            stale_tokens=0 if min_version is None else sum(m.tokens_older_than(min_version) for m in metas),
+            stale_tokens=0 if min_version is None else sum(m.stale_tokens(min_version) for m in metas),
         )
         return metrics
 
