@@ -173,9 +173,7 @@ class Driver:
         if len(set(names)) != len(names):
             raise ConfigError("sources", names, "unique source names")
         if config.hook.mode == "opd" and grader is None:
-            raise ConfigError(
-                "hook.mode", "opd", "a teacher scorer given as the driver's grader (control.teacher.TeacherScorer)"
-            )
+            raise ConfigError("hook.mode", "opd", "a teacher scorer given as the driver's grader (control.teacher.TeacherScorer)")
         self.config = config
         self.sources = {source.name: source for source in sources}
         self.quotas = config.quotas(sources)
@@ -210,9 +208,7 @@ class Driver:
             if all(len(self._buffer[name]) >= quota for name, quota in self.quotas.items()):
                 lost = self._fail_lost_groups()
                 if lost == 0:
-                    groups = tuple(
-                        self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota)
-                    )
+                    groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
                     self._step += 1
                     return Batch(self._step, groups, min_version=policy_version - self.config.max_staleness)
                 if lost is None:  # the store did not answer: look again after a pause, a bounded number of times
@@ -312,9 +308,10 @@ class Driver:
         if self._closing:
             return
         for name, quota in self.quotas.items():
-            while self._undecided() < self.config.max_groups_in_flight and len(self._buffer[name]) + self._undecided(
-                name
-            ) < quota * (1 + self.config.prefetch_batches):
+            while (
+                self._undecided() < self.config.max_groups_in_flight
+                and len(self._buffer[name]) + self._undecided(name) < quota * (1 + self.config.prefetch_batches)
+            ):
                 self._in_flight[name] += 1
                 task = asyncio.get_running_loop().create_task(self._run_group(self.sources[name]))
                 self._tasks.add(task)
@@ -399,9 +396,7 @@ class Driver:
             decision = await self._hook_with_retries(metas)
         except STORE_ERRORS as error:
             self._delete(metas)
-            self._leave(
-                group_id_of(metas), "failed", f"accept-time hook: {type(error).__name__}: {str(error).splitlines()[0]}"
-            )
+            self._leave(group_id_of(metas), "failed", f"accept-time hook: {type(error).__name__}: {str(error).splitlines()[0]}")
             return
         if not decision.accepted:
             self._delete(metas)
@@ -420,9 +415,7 @@ class Driver:
                 buffered.remove(group)
                 self._delete(group.metas)
                 self.book.accepted -= 1
-                self._leave(
-                    group.group_id, "stale", f"policy version {newest[id(group)]} (its newest) older than {oldest}"
-                )
+                self._leave(group.group_id, "stale", f"policy version {newest[id(group)]} (its newest) older than {oldest}")
 
     async def _hook_with_retries(self, metas: tuple[SeqMeta, ...]) -> Any:
         """The hook's decision; a store error is retried with doubling back-off, a lost shard is not."""

@@ -20,8 +20,8 @@ store, and the per-token advantage is ``teacher_logprobs - logprobs`` on generat
 from the ``logprobs``, ``teacher_logprobs`` and ``loss_mask`` columns only.
 
 The hook never deletes keys: the driver deletes a rejected or dropped group's sequences (and
-drops their image references), since it owns key lifetimes (no key outlives the step that
-consumed it).
+drops their image references), since it owns key lifetimes: no key outlives its last owner (the
+step that consumed it, or the replay buffer that kept it).
 """
 
 from __future__ import annotations

@@ -93,8 +93,7 @@ class ReplayBuffer:
         hard = self._hard(task)
         if hard is None or any(meta.success for meta in metas):
             return metas
-        source, seed = task
-        if version - min(meta.policy_version for meta in hard.kept) > self.config[source].max_age:
+        if version - min(meta.policy_version for meta in hard.kept) > self.config[task[0]].max_age:
             self._end(task, "expired")
             return metas
         index = 1 + max(meta.sample_index for meta in metas)

@@ -16,10 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 class TaskSeeds:
     def __init__(
-        self,
-        sources: Iterable[str],
-        seed: int | Mapping[str, int] = 0,
-        replay: Mapping[str, Sequence[int]] | None = None,
+        self, sources: Iterable[str], seed: int | Mapping[str, int] = 0, replay: Mapping[str, Sequence[int]] | None = None
     ) -> None:
         """``seed``: the first seed of every source, or of each by name. ``replay``: seeds of each
         source to hand out first (a checkpoint's ``open_seeds``)."""
