@@ -61,10 +61,18 @@ class ModelFamily(ABC):
 
     @abstractmethod
     def tiny_config(
-        self, text: dict[str, Any], tokens: dict[str, int], tokenizer: Any, chat_template: str, min_pixels: int, max_pixels: int
+        self,
+        text: dict[str, Any],
+        vision: dict[str, int],
+        tokens: dict[str, int],
+        tokenizer: Any,
+        chat_template: str,
+        min_pixels: int,
+        max_pixels: int,
     ) -> tuple[Any, Any]:
         """``(config, processor)`` of the family's tiny build: ``text`` is the tiny LLM's settings
-        (hidden 64, 2 layers, 4 heads, 2 KV heads, M-RoPE sections [2, 3, 3]), ``tokens`` the
+        (by default hidden 64, 2 layers, 4 heads, 2 KV heads, M-RoPE sections [2, 3, 3]),
+        ``vision`` the vision tower's ``depth``, ``hidden_size`` and ``num_heads``, ``tokens`` the
         placeholder ids, and the processor wraps ``tokenizer`` with the family's image processor
         bounded by ``min_pixels``/``max_pixels``."""
 

@@ -30,15 +30,13 @@ class Qwen25VL(ModelFamily):
 
         return Qwen25VLEncoder.from_model(self.tower(model), patch_rule_of(processor))
 
-    def tiny_config(self, text, tokens, tokenizer, chat_template, min_pixels, max_pixels):
+    def tiny_config(self, text, vision, tokens, tokenizer, chat_template, min_pixels, max_pixels):
         vision = dict(
-            depth=2,
-            hidden_size=32,
-            intermediate_size=64,
-            num_heads=2,
+            **vision,
+            intermediate_size=2 * vision["hidden_size"],
             out_hidden_size=text["hidden_size"],
             window_size=56,  # 2x2 merged patches per window: screenshots cut into several
-            fullatt_block_indexes=[1],
+            fullatt_block_indexes=[vision["depth"] - 1],  # the last block attends to the whole image
         )
         config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **tokens)
         processor = Qwen2_5_VLProcessor(

@@ -27,10 +27,16 @@ class Qwen2VL(ModelFamily):
     def tower_encoder(self, model: Any, processor: Any) -> VisionEncoder:
         return Qwen2VLEncoder.from_model(self.tower(model), patch_rule_of(processor))
 
-    def tiny_config(self, text, tokens, tokenizer, chat_template, min_pixels, max_pixels):
+    def tiny_config(self, text, vision, tokens, tokenizer, chat_template, min_pixels, max_pixels):
         config = Qwen2VLConfig(
             text_config=text,
-            vision_config=dict(depth=2, embed_dim=32, hidden_size=text["hidden_size"], num_heads=2, mlp_ratio=2),
+            vision_config=dict(
+                depth=vision["depth"],
+                embed_dim=vision["hidden_size"],
+                hidden_size=text["hidden_size"],
+                num_heads=vision["num_heads"],
+                mlp_ratio=2,
+            ),
             **tokens,
         )
         processor = Qwen2VLProcessor(

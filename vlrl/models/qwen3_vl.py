@@ -33,13 +33,11 @@ class Qwen3VL(ModelFamily):
 
         return Qwen3VLEncoder.from_model(self.tower(model), patch_rule_of(processor))
 
-    def tiny_config(self, text, tokens, tokenizer, chat_template, min_pixels, max_pixels):
+    def tiny_config(self, text, vision, tokens, tokenizer, chat_template, min_pixels, max_pixels):
         rope = {**text["rope_parameters"], "mrope_interleaved": True}
         vision = dict(
-            depth=2,
-            hidden_size=32,
-            intermediate_size=64,
-            num_heads=2,
+            **vision,
+            intermediate_size=2 * vision["hidden_size"],
             out_hidden_size=text["hidden_size"],
             deepstack_visual_indexes=[0],
             patch_size=16,

@@ -49,11 +49,29 @@ class TinyModel:
     cannot tell image columns apart; a small base (10) gives every section angles of order 0.1-1
     rad per position. The weights are random either way."""
 
+    hidden_size: Annotated[int, Ge(32)] = 64
+    """Width of the language model: a multiple of 32 (heads of 16 dimensions, half as many KV
+    heads); the MLP is twice as wide. The capacity a task needs is one of the things a learning
+    curve can be limited by (``docs/learning.md``)."""
+
+    layers: Annotated[int, Ge(1)] = 2
+    """Decoder layers of the language model."""
+
+    vision_hidden_size: Annotated[int, Ge(16)] = 32
+    """Width of the vision tower: a multiple of 16 (heads of 16 dimensions)."""
+
+    vision_depth: Annotated[int, Ge(1)] = 2
+    """Blocks of the vision tower."""
+
     def check(self) -> None:
         from vlrl.models.registry import registered
 
         if self.family not in registered():
             raise ConfigError("family", self.family, f"a registered model family, one of {registered()}")
+        if self.hidden_size % 32:
+            raise ConfigError("hidden_size", self.hidden_size, "a multiple of 32 (heads of 16 dimensions, half as many KV heads)")
+        if self.vision_hidden_size % 16:
+            raise ConfigError("vision_hidden_size", self.vision_hidden_size, "a multiple of 16 (heads of 16 dimensions)")
 
     def build(self, path: Path) -> Path:
         from vlrl.models.registry import family
@@ -67,6 +85,10 @@ class TinyModel:
             min_pixels=self.min_pixels,
             max_pixels=self.max_pixels,
             rope_theta=self.rope_theta,
+            hidden_size=self.hidden_size,
+            layers=self.layers,
+            vision_hidden_size=self.vision_hidden_size,
+            vision_depth=self.vision_depth,
         )
 
 
@@ -128,6 +150,10 @@ def build_tiny(
     min_pixels: int = 56 * 56,
     max_pixels: int = 224 * 224,
     rope_theta: float = 1e6,
+    hidden_size: int = 64,
+    layers: int = 2,
+    vision_hidden_size: int = 32,
+    vision_depth: int = 2,
 ) -> Path:
     """Write a tiny checkpoint of ``family`` (model + processor) to ``path`` and return it.
 
@@ -137,17 +163,19 @@ def build_tiny(
     320x240 screen to 54 tokens. ``rope_theta`` is the M-RoPE base: the real 1e6 turns the tiny
     head's (16 dims) width section by ~1e-4 rad per column, too little to tell image columns
     apart; a model meant to learn where things are on screen wants a small base (10).
+    ``hidden_size``/``layers`` and ``vision_hidden_size``/``vision_depth`` size the two towers
+    (heads of 16 dimensions in both).
     """
     path = Path(path)
     tokenizer = _train_tokenizer(vocab_size)
     token_id = tokenizer.convert_tokens_to_ids
     text = dict(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden_size // 16,
+        num_key_value_heads=hidden_size // 32,
         max_position_embeddings=4096,
         # The M-RoPE sections (temporal, height, width) must sum to head_dim / 2 = 8.
         rope_parameters={"rope_type": "default", "rope_theta": float(rope_theta), "mrope_section": [2, 3, 3]},
@@ -161,7 +189,8 @@ def build_tiny(
         vision_start_token_id=token_id("<|vision_start|>"),
         vision_end_token_id=token_id("<|vision_end|>"),
     )
-    config, processor = family.tiny_config(text, tokens, tokenizer, CHAT_TEMPLATE, min_pixels, max_pixels)
+    vision = dict(depth=vision_depth, hidden_size=vision_hidden_size, num_heads=vision_hidden_size // 16)
+    config, processor = family.tiny_config(text, vision, tokens, tokenizer, CHAT_TEMPLATE, min_pixels, max_pixels)
     with torch.random.fork_rng():  # seed the weights without disturbing the caller's RNG
         torch.manual_seed(seed)
         model = family.model_class(config)
