@@ -1,19 +1,40 @@
-"""`vlrl bench delta --json` end to end: the issue's targets for delta shipping."""
+"""`vlrl bench delta`: bytes counted where they cross, through `vlrl serve` in its own process
+(the HTTP half), and the client-side accounting against the engine's own counter."""
 
 from __future__ import annotations
 
+import base64
+import itertools
+
 import pytest
 
-from tests.bench.run_bench import run_bench
+from vlrl.bench import delta_bench
+from vlrl.bench.delta_http import measure_http, screenshots
+from vlrl.mm import encode_image
 
 
 @pytest.mark.slow
-def test_delta_shipping_meets_the_byte_targets():
-    result = run_bench("delta")
-    assert result["delta_over_bound"] <= 1.05
-    assert result["full_over_delta_T15"] >= 8
-    assert result["full_over_delta_T50"] >= 25
-    for figures in result["per_turns"].values():
-        assert figures["bytes_delta"] <= figures["bytes_window5"] <= figures["bytes_full"]
-    # The engine received exactly what the client shipped, and far less under delta.
-    assert result["rollout"]["delta"]["image_bytes"] * 8 <= result["rollout"]["full"]["image_bytes"]
+def test_the_server_counts_each_screenshot_once_under_delta_and_the_whole_history_every_turn_under_full():
+    screen, turns = (640, 480), 4
+    figures = measure_http(turns=(1, turns), timed=(turns,), runs=2, screens=(screen,))["640x480"]
+    png = [len(encode_image(shot)) for shot in screenshots(turns, screen)]
+    t = figures[f"T{turns}"]
+    assert t["image_bytes_delta"] == t["image_bytes_once"] == sum(png)  # the once-only bound, exactly
+    assert t["image_bytes_full"] == sum(itertools.accumulate(png))  # turn k resends k screenshots
+    assert (t["images_decoded_delta"], t["images_decoded_full"]) == (turns, turns * (turns + 1) // 2)
+    # The body carries the images base64-encoded: at least 4/3 of their bytes crossed the wire.
+    assert t["wire_bytes_delta"] >= len(base64.b64encode(b"x" * sum(png))) > sum(png)
+    assert t["wire_bytes_full"] - t["wire_bytes_delta"] >= 4 / 3 * (t["image_bytes_full"] - t["image_bytes_delta"])
+    assert t["wall_s_full"]["runs"] == t["wall_s_delta"]["runs"] == 2 and t["rollout_speedup"] > 0
+    one = figures["T1"]  # one turn: both schemes send the same single image
+    assert one["image_bytes_full"] == one["image_bytes_delta"] == png[0]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_the_engine_receives_exactly_what_the_client_ships(ray_session):
+    images = delta_bench.screenshots(6)
+    bytes_ = delta_bench.measure_bytes((6,), images)["T6"]
+    assert bytes_["bytes_delta"] == bytes_["bytes_lower_bound"] < bytes_["bytes_window5"] < bytes_["bytes_full"]
+    rollout = delta_bench.measure_rollout(6, 2, images)  # asserts the engine's counter equals the client's
+    assert 0 < rollout["delta"]["image_bytes"] < rollout["full"]["image_bytes"]

@@ -11,6 +11,11 @@ against the lower bound, every image's bytes sent once. Bytes are raw RGB as the
 receives them (a PNG transport scales every scheme alike). Then the rollout wall time of the
 same trajectories under (a) and (c) against the embedded engine serving a tiny Qwen2-VL, where
 the engine's own byte counter is checked against the client's.
+
+``http`` (``delta_http``): the same comparison where the bytes cross a wire, through ``vlrl serve``
+in its own process: request-body and image bytes counted by the server, and the wall time of one
+conversation per scheme, repeated with the order rotated (min / median / max). The client-side
+figures above are the accounting; the HTTP ones are the measurement.
 """
 
 from __future__ import annotations
@@ -162,7 +167,13 @@ def run(size: str) -> dict[str, Any]:
     finally:
         if started_ray:
             ray.shutdown()
+    from vlrl.bench.delta_http import measure_http
+
+    http = measure_http(size)
+    headline, *others = http
     return {
+        "http": {"screen": headline, **http[headline]},
+        **{f"http_{screen}": http[screen] for screen in others},
         "screen": f"{SCREEN[0]}x{SCREEN[1]}",
         "image_bytes": images[0].pixels.nbytes,
         "per_turns": figures,

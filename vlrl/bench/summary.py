@@ -23,9 +23,9 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("thread_offload_ratio", "threads / blocking the event loop"),
     ),
     "delta": (
-        ("full_over_delta_T*", "full-resend bytes / delta bytes at T turns"),
+        ("http.T*wire_full_over_delta", "HTTP body bytes to vlrl serve, full resend / delta"),
+        ("http.T*rollout_speedup", "conversation wall time through vlrl serve, full resend / delta (median)"),
         ("delta_over_bound", "delta bytes / every image once (1.0 is exact)"),
-        ("rollout_speedup", "rollout time, full resend / delta"),
     ),
     "driver": (("driver_mem_ratio", "driver memory, gathering payloads / metadata only"),),
     "pack": (

@@ -60,6 +60,8 @@ class _Counters:
     errors: int = 0
     cache_miss_replies: int = 0
     busy_replies: int = 0
+    request_bytes: int = 0
+    """Bytes of the chat request bodies read (JSON with base64 images; after any Content-Encoding)."""
 
 
 class OpenAIServer:
@@ -196,6 +198,7 @@ class OpenAIServer:
             "errors": c.errors,
             "cache_miss_replies": c.cache_miss_replies,
             "busy_replies": c.busy_replies,
+            "request_bytes_received": c.request_bytes,
             "images_received": media.images_received,
             "image_bytes_received": media.image_bytes_received,
             "images_decoded": media.images_decoded,
@@ -298,7 +301,9 @@ class OpenAIServer:
             self._held -= 1
 
     async def _answer(self, request: web.Request) -> web.Response:
-        chat = await asyncio.to_thread(self._parse, await request.read())
+        raw = await request.read()
+        self._counts.request_bytes += len(raw)
+        chat = await asyncio.to_thread(self._parse, raw)
         if chat.model is not None and chat.model != self.model_name:
             raise ApiError(f"The model `{chat.model}` does not exist.", param="model", status=404)
         self._decoding += 1
