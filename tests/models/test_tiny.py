@@ -69,3 +69,26 @@ def test_forward_on_an_image_and_token_count_follows_the_patch_rule(tiny, width,
     with torch.inference_mode():
         logits = model(**inputs).logits
     assert logits.shape == (1, inputs["input_ids"].shape[1], 1024) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_two_towers_take_the_sizes_asked_and_still_run(name, tmp_path):
+    from vlrl.config import ConfigError
+    from vlrl.models.tiny import TinyModel
+
+    settings = TinyModel(family=name, hidden_size=96, layers=3, vision_hidden_size=48, vision_depth=3)
+    settings.check()
+    path = settings.build(tmp_path / "wide")
+    model = family(name).load(path).eval()
+    text = model.config.get_text_config()
+    assert (text.hidden_size, text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads) == (96, 3, 6, 3)
+    assert len(model.model.visual.blocks) == 3
+    processor = AutoProcessor.from_pretrained(path)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "click OK"}]}]
+    prompt = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    pixels = np.random.default_rng(0).integers(0, 256, (120, 160, 3), dtype=np.uint8)
+    with torch.inference_mode():
+        logits = model(**processor(text=[prompt], images=[pixels], return_tensors="pt")).logits
+    assert logits.shape[-1] == text.vocab_size and torch.isfinite(logits).all()
+    with pytest.raises(ConfigError, match="hidden_size"):
+        TinyModel(family=name, hidden_size=48).check()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import functools
 import http.server
+import json
 import threading
 import urllib.error
 import urllib.request
@@ -68,6 +69,17 @@ def test_models_and_a_text_chat_with_logprobs(server, client, processor):
     assert all(entry.logprob <= 0 and entry.top_logprobs == [] for entry in choice.logprobs.content)
     shown = ids[:-1] if choice.finish_reason == "stop" else ids
     assert choice.message.content == processor.tokenizer.decode(shown, skip_special_tokens=True)
+
+
+def test_the_server_counts_the_request_body_bytes_it_reads(server, processor):
+    body = json.dumps({"model": server.model, "messages": [{"role": "user", "content": "click OK"}], "max_tokens": 2})
+    post = urllib.request.Request(server.url + "/v1/chat/completions", data=body.encode(), method="POST")
+    post.add_header("Authorization", f"Bearer {KEY}")
+    post.add_header("Content-Type", "application/json")
+    before = server.metrics()["request_bytes_received"]
+    with urllib.request.urlopen(post) as answer:
+        assert answer.status == 200
+    assert server.metrics()["request_bytes_received"] - before == len(body.encode())
 
 
 def test_an_image_by_uuid_then_by_reference_then_missed(server, client, processor):
