@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from vlrl.bench.pack_bench import draw_lengths, measure
+from vlrl.bench.pack_bench import draw_lengths, exact, lower_bound, measure, optimum, regimes
 
 
 def test_lengths_are_skewed_gui_trajectories():
@@ -43,3 +44,18 @@ def test_vlrl_bench_pack_meets_the_issue_targets():
     assert result["imbalance_planner"] <= result["imbalance_kk"]
     assert result["cp_fetch_ratio_cp2"] <= 1.1 / 2 and result["cp_fetch_ratio_cp4"] <= 1.1 / 4
     assert result["tp_copy_ratio_cp2"] <= 1.1 / 2 and result["tp_copy_ratio_cp4"] <= 1.1 / 2
+
+
+def test_the_exhaustive_optimum_and_the_lower_bound_on_hand_made_cases():
+    assert optimum(np.array([3.0, 3, 2, 2, 2]), 2) == 6  # {3,3} {2,2,2}; greedy (largest first) gets 7
+    assert optimum(np.array([5.0, 1, 1, 1]), 3) == 5
+    assert lower_bound(np.array([5.0, 1, 1, 1]), 3) == 5 / (8 / 3)
+
+
+def test_planner_and_kk_against_the_optimum_and_the_hard_regimes():
+    figures = exact(cases=4)
+    assert figures["cases"] == 8
+    assert 1 <= figures["planner_over_optimum_mean"] <= figures["planner_over_optimum_max"] < 1.1
+    for point in regimes(dps=(8, 32), per_rank=(2, 16)):
+        # No plan beats the bound; ranks in lockstep wait at least as long as the costliest rank's total.
+        assert point["imbalance_lower_bound"] <= point["imbalance_planner"] + 1e-9 <= point["lockstep_imbalance"] + 2e-9

@@ -11,11 +11,21 @@ Figures of ``measure``:
 - ``step_imbalance``: the same ratio for the i-th micro-batch of every rank, averaged over i;
 - ``plan_seconds`` (the whole plan of ``n_sequences``) and ``kk_seconds`` (KK alone);
 - ``micro_batches`` per rank, ``empty_micro_batches`` in all, and ``fill``: real tokens over
-  micro-batches x budget.
+  micro-batches x budget;
+- ``imbalance_lower_bound``: what no partition can beat, ``max(largest, total / dp)`` over the
+  mean; ``lockstep_imbalance``: ranks wait for each other at every micro-batch, so a step takes
+  the sum over micro-batch index of the slowest rank's cost; this is that sum over the mean
+  rank's total.
+
+``regimes`` adds the hard cases, 2 to 64 sequences per rank at DP 8 to 64, where the lower bound
+is far from 1, and ``exact`` compares the planner and KK with the optimum that exhaustive search
+finds on small cases (10 sequences on 2 or 3 ranks): an external reference, where KK is the
+planner's own seed.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from typing import Any
@@ -70,6 +80,54 @@ def measure(n_sequences: int = 65536, dp: int = 8, budget: int = 65536, seed: in
         "micro_batches": plan.num_micro_batches,
         "empty_micro_batches": sum(not mb.keys for batches in plan.ranks for mb in batches),
         "fill": float(lengths.sum()) / slots if slots else 0.0,
+        "imbalance_lower_bound": lower_bound(costs, dp),
+        "lockstep_imbalance": float(per_step.max(axis=0).sum() / per_step.sum(axis=1).mean()) if per_step.size else 1.0,
+    }
+
+
+def lower_bound(costs: np.ndarray, dp: int) -> float:
+    """The smallest costliest-rank / mean any partition of ``costs`` over ``dp`` ranks can reach."""
+    mean = float(costs.sum()) / dp
+    return max(float(costs.max()), mean) / mean
+
+
+def regimes(dps=(8, 32, 64), per_rank=(2, 4, 16, 64), seed: int = 0) -> list[dict[str, Any]]:
+    """Planner, KK and the lower bound where balance is hard: few sequences per rank."""
+    out = []
+    for dp, k in itertools.product(dps, per_rank):
+        figures = measure(dp * k, dp=dp, budget=65536, seed=seed)
+        keep = ("imbalance_planner", "imbalance_kk", "imbalance_lower_bound", "lockstep_imbalance")
+        out.append({"dp": dp, "sequences_per_rank": k, **{key: figures[key] for key in keep}})
+    return out
+
+
+def optimum(costs: np.ndarray, k: int) -> float:
+    """The smallest costliest-rank total over every assignment of ``costs`` to ``k`` ranks (exhaustive,
+    ranks interchangeable: the first sequence goes to rank 0)."""
+    best = math.inf
+    for rest in itertools.product(range(k), repeat=len(costs) - 1):
+        totals = np.bincount((0, *rest), weights=costs, minlength=k)
+        best = min(best, float(totals.max()))
+    return best
+
+
+def exact(cases: int = 20, n: int = 10, ks=(2, 3), seed: int = 0) -> dict[str, Any]:
+    """Mean and worst costliest rank over the optimum's, for the planner and KK, on small cases."""
+    rng = np.random.default_rng(seed)
+    planner = MicroBatchPlanner.Config(max_tokens_per_micro_batch=65536).build()
+    ratios: dict[str, list[float]] = {"planner": [], "kk": []}
+    for _, k in itertools.product(range(cases), ks):
+        lengths = np.clip(rng.lognormal(np.log(4096), 0.8, n), 1024, 32768).astype(np.int64)
+        costs = planner.cost_model.sequence_costs(lengths)
+        best = optimum(costs, k)
+        plan = planner.plan_lengths([str(i) for i in range(n)], lengths, k)
+        ratios["planner"].append(float(plan.rank_costs().max()) / best)
+        ratios["kk"].append(max(math.fsum(costs[part]) for part in karmarkar_karp(costs, k)) / best)
+    return {
+        "cases": cases * len(ks),
+        "sequences": n,
+        **{f"{name}_over_optimum_mean": float(np.mean(r)) for name, r in ratios.items()},
+        **{f"{name}_over_optimum_max": float(np.max(r)) for name, r in ratios.items()},
     }
 
 
@@ -82,9 +140,13 @@ def run(size: str) -> dict[str, Any]:
     packer = packer_bench.run(size)
     return {
         "planner": planner,
+        "regimes": regimes(),
+        "exact": exact(),
         "packer": packer,
         "imbalance_planner": planner["imbalance_planner"],
         "imbalance_kk": planner["imbalance_kk"],
+        "imbalance_lower_bound": planner["imbalance_lower_bound"],
+        "lockstep_imbalance": planner["lockstep_imbalance"],
         "plan_seconds": planner["plan_seconds"],
         **{f"cp_fetch_ratio_cp{cp}": packer[f"cp{cp}"]["cp_fetch_ratio"] for cp in (2, 4)},
         **{f"tp_copy_ratio_cp{cp}": packer[f"cp{cp}"]["tp_copy_ratio"] for cp in (2, 4)},
