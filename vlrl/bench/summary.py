@@ -33,7 +33,7 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("imbalance_kk", "the same for plain Karmarkar-Karp"),
         ("imbalance_lower_bound", "the same, the best any partition can do"),
         ("lockstep_imbalance", "sum over micro-batches of the slowest rank / mean rank (what ranks wait on)"),
-        ("exact.planner_over_optimum_max", "costliest rank / exhaustive optimum, worst of 40 small cases"),
+        ("exact.*over_optimum_max", "costliest rank / exhaustive optimum, worst of 40 small cases"),
         ("cp_fetch_ratio_cp*", "bytes fetched for a CP window / whole rows (ideal 1/CP)"),
         ("tp_copy_ratio_cp*", "shared copy / one copy per TP rank (ideal 1/TP)"),
     ),
