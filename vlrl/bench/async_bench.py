@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import random
-import statistics
 import tempfile
 import time
 from collections import Counter
@@ -40,6 +39,7 @@ from typing import Any
 
 from harnesses.desktop.harness import DesktopHarness
 from vlrl.bench.cpu_meter import CpuMeter
+from vlrl.bench.spread import spread
 from vlrl.harness import register
 
 SIZES = {
@@ -107,10 +107,6 @@ def run(size: str = "small") -> dict[str, Any]:
     return {"steps": shape["steps"], "configs": configs}
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
 def _recipe(run_dir: Path, shape: dict[str, Any]):
     from vlrl.config import load_recipe
 
@@ -172,8 +168,8 @@ def _train(run_dir: Path, name: str, mode: str, policy: str, shape: dict[str, An
                 lags[int(key.removeprefix("batch/tokens_lag"))] += int(tokens)
     times = [r["time/step_s"] for r in steps]
     return {
-        "step_s": _spread(times),
-        **{name: _spread([r[f"time/{name}"] for r in steps]) for name in TIME_PARTS},
+        "step_s": spread(times),
+        **{name: spread([r[f"time/{name}"] for r in steps]) for name in TIME_PARTS},
         "rl_wall_s": sum(times),
         "staleness_tokens": {str(lag): lags[lag] for lag in sorted(lags)},
         "stale_tokens_cut": steps[-1].get("groups/stale_tokens", 0),

@@ -31,6 +31,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from vlrl.bench.spread import spread
 from vlrl.mm import encode_image
 
 SCHEMES = ("full", "delta")
@@ -161,6 +162,3 @@ def _figures(measured: dict[str, list[dict]], png_bytes: list[int], *, timed: bo
         out["rollout_speedup"] = statistics.median(walls["full"]) / statistics.median(walls["delta"])
     return out
 
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values), "runs": len(values)}

@@ -1,15 +1,24 @@
 """``vlrl bench pool``: the Harness Pool against one Ray actor per rollout, and threads against
 blocking on the event loop.
 
-Workload: N concurrent episodes of a harness whose every step does blocking I/O (a sleep, as a
-browser or a remote desktop would) and CPU work (PNG-encoding its screenshot). Runs:
+Workload: N concurrent episodes of a harness whose every step does blocking I/O (a sleep of a
+lognormal latency, median 30 ms, as a browser or a remote desktop would) and CPU work
+(PNG-encoding its screenshot); each episode takes 15 to 50 steps (``--size small``: 15 to 30),
+drawn from its seed. Runs:
 
 - (a) the pool with K hosts at N, and again at 8 x N;
-- (b) one Ray actor per rollout at N (the largest N this machine survives comfortably);
-- (c) the pool at N with harness calls made on the host's event loop instead of threads.
+- (b) one Ray actor per rollout at N, the actors started and ready before the timer (their
+  start-up is reported on its own, ``per_rollout_startup_s``);
+- (c) a fixed pool of K plain actors (``ray.util.ActorPool``, the shape of a framework's fixed
+  agent-loop workers), each running one episode at a time, started before the timer;
+- (d) the pool at N with harness calls made on the host's event loop instead of threads;
+- (e) ``sweep``: one actor per rollout at growing N, until the machine refuses or the largest N
+  of the size, with actors, GCS descriptors, memory and throughput at each point.
 
-Figures: Ray actors and processes created, file descriptors held by the GCS server and by all Ray
-processes (read from /proc, peak while running), peak memory of all Ray processes, episodes/s.
+(a), (b) and (c) at N are repeated ``runs`` times in rotated order: episodes/s as min / median /
+max, ratios of medians. Figures: Ray actors and processes created, file descriptors held by the
+GCS server and by all Ray processes (read from /proc, peak while running), peak memory of all Ray
+processes, episodes/s.
 """
 
 from __future__ import annotations
@@ -25,22 +34,27 @@ from typing import Any
 import numpy as np
 import ray
 
+from vlrl.bench.spread import spread
 from vlrl.harness import Action, Harness, HarnessError, Observation, StepResult, register
 from vlrl.mm import encode_image
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode
 
-SIZES = {"small": {"n": 24, "steps": 4}, "full": {"n": 48, "steps": 6}}
-IO_S = 0.05
+SIZES = {
+    "small": {"n": 24, "steps": (15, 30), "runs": 5, "sweep": (24, 48)},
+    "full": {"n": 48, "steps": (15, 50), "runs": 5, "sweep": (24, 48, 96, 192, 384)},
+}
+IO_MEDIAN_S = 0.03
 SCREEN = (240, 320)
 
 
 class WorkloadHarness(Harness):
-    """Each step blocks on I/O for ``IO_S`` and PNG-encodes a fresh screenshot (CPU)."""
+    """Each step blocks on I/O for a lognormal latency and PNG-encodes a fresh screenshot (CPU);
+    an episode takes ``min_steps`` to ``max_steps`` steps, drawn from its seed."""
 
     tasks = ("steps",)
 
-    def __init__(self, *, steps: int = 4) -> None:
-        self._steps = steps
+    def __init__(self, *, min_steps: int = 15, max_steps: int = 50) -> None:
+        self._steps = (min_steps, max_steps)
         self._left: int | None = None
         self._rng = np.random.default_rng(0)
 
@@ -48,14 +62,14 @@ class WorkloadHarness(Harness):
         if (options or {}).get("task", "steps") != "steps":
             raise HarnessError(f"unknown task {options['task']!r}; expected 'steps'")
         self._rng = np.random.default_rng(seed)
-        self._left = self._steps
+        self._left = int(self._rng.integers(self._steps[0], self._steps[1] + 1))
         return self._observe(), {"task": "steps"}
 
     def step(self, action: Action) -> StepResult:
         if self._left is None:
             raise HarnessError("step before reset, or after the episode ended")
         action.check_bounds(SCREEN[1], SCREEN[0])
-        time.sleep(IO_S)
+        time.sleep(float(np.clip(self._rng.lognormal(np.log(IO_MEDIAN_S), 0.5), 0.005, 0.3)))
         self._left -= 1
         done = self._left == 0 or action.kind in ("done", "fail")
         success = self._left == 0
@@ -80,10 +94,13 @@ register("bench-workload", WorkloadHarness)
 
 @ray.remote(num_cpus=0)
 class RolloutActor:
-    """The per-rollout baseline: a dedicated process for a single episode."""
+    """A plain actor that plays one episode per call: one per rollout, or a fixed set of them."""
 
-    def run(self, seed: int, steps: int) -> tuple[float, int]:
-        harness = WorkloadHarness(steps=steps)
+    def ready(self) -> int:
+        return os.getpid()
+
+    def run(self, seed: int, steps: tuple[int, int]) -> tuple[float, int]:
+        harness = WorkloadHarness(min_steps=steps[0], max_steps=steps[1])
         harness.reset(seed=seed)
         reward, done = 0.0, False
         while not done:
@@ -149,7 +166,7 @@ def ray_processes() -> dict[str, float]:
     return {"gcs_fds": gcs_fds, "total_fds": total_fds, "rss_mb": rss / 1024, "processes": processes}
 
 
-def _run_pool(n: int, steps: int, total_hosts: int, on_threads: bool) -> dict[str, Any]:
+def _run_pool(n: int, steps: tuple[int, int], total_hosts: int, on_threads: bool) -> dict[str, Any]:
     env_host = HostConfig(max_tenants=max(64, n), threads=16, blocking_on_threads=on_threads)
     config = HarnessPool.Config(
         budget=HostBudget(total_hosts=total_hosts, shares={"loop": 1, "bench-workload": 1}),
@@ -159,7 +176,8 @@ def _run_pool(n: int, steps: int, total_hosts: int, on_threads: bool) -> dict[st
     with RaySampler() as sampler:
         pool = config.build()
         started = time.perf_counter()
-        jobs = [(ScriptedEpisode(seed=i), {"codebase": "bench-workload", "env_settings": {"steps": steps}}) for i in range(n)]
+        settings = {"min_steps": steps[0], "max_steps": steps[1]}
+        jobs = [(ScriptedEpisode(seed=i), {"codebase": "bench-workload", "env_settings": settings}) for i in range(n)]
         outcomes = asyncio.run(pool.run_many(jobs))
         elapsed = time.perf_counter() - started
         hosts = pool.loop.hosts() + [h for env in pool.envs.values() for h in env.hosts()]
@@ -178,11 +196,14 @@ def _run_pool(n: int, steps: int, total_hosts: int, on_threads: bool) -> dict[st
     }
 
 
-def _run_per_rollout(n: int, steps: int) -> dict[str, Any]:
+def _run_per_rollout(n: int, steps: tuple[int, int]) -> dict[str, Any]:
     with RaySampler() as sampler:
         started = time.perf_counter()
         actors = [RolloutActor.remote() for _ in range(n)]
-        results = ray.get([actor.run.remote(seed, steps) for seed, actor in enumerate(actors)])
+        pids = ray.get([actor.ready.remote() for actor in actors])
+        startup = time.perf_counter() - started
+        started = time.perf_counter()
+        ray.get([actor.run.remote(seed, steps) for seed, actor in enumerate(actors)])
         elapsed = time.perf_counter() - started
         for actor in actors:
             ray.kill(actor)
@@ -190,38 +211,90 @@ def _run_per_rollout(n: int, steps: int) -> dict[str, Any]:
     return {
         "episodes": n,
         "actors": len(actors),
-        "processes": len({pid for _, pid in results}),
+        "processes": len(set(pids)),
+        **{k: sampler.peak[k] for k in ("gcs_fds", "total_fds", "rss_mb")},
+        "startup_s": startup,
+        "episodes_per_s": n / elapsed,
+    }
+
+
+def _run_actor_pool(n: int, steps: tuple[int, int], actors: int) -> dict[str, Any]:
+    from ray.util import ActorPool
+
+    with RaySampler() as sampler:
+        workers = [RolloutActor.remote() for _ in range(actors)]
+        pids = ray.get([worker.ready.remote() for worker in workers])
+        started = time.perf_counter()
+        list(ActorPool(workers).map_unordered(lambda worker, seed: worker.run.remote(seed, steps), range(n)))
+        elapsed = time.perf_counter() - started
+        for worker in workers:
+            ray.kill(worker)
+    time.sleep(2.0)
+    return {
+        "episodes": n,
+        "actors": actors,
+        "processes": len(set(pids)),
         **{k: sampler.peak[k] for k in ("gcs_fds", "total_fds", "rss_mb")},
         "episodes_per_s": n / elapsed,
     }
 
 
+def _sweep(points: tuple[int, ...], steps: tuple[int, int]) -> list[dict[str, Any]]:
+    """One actor per rollout at each N, until a start fails (the failure is the last point)."""
+    out = []
+    for n in points:
+        try:
+            point = _run_per_rollout(n, steps)
+        except Exception as error:  # the machine's limit: fds, memory or the GCS
+            out.append({"episodes": n, "failed": f"{type(error).__name__}: {error}"[:300]})
+            break
+        out.append({"episodes": n, **{k: point[k] for k in ("actors", "gcs_fds", "rss_mb", "startup_s")},
+                    "throughput": point["episodes_per_s"]})  # fmt: skip
+    return out
+
+
 def run(size: str) -> dict[str, Any]:
-    n, steps = SIZES[size]["n"], SIZES[size]["steps"]
+    n, steps, runs = SIZES[size]["n"], SIZES[size]["steps"], SIZES[size]["runs"]
+    hosts = 4
     started_ray = not ray.is_initialized()
     if started_ray:
         ray.init(num_cpus=4, include_dashboard=False, object_store_memory=1024**3, log_to_driver=False)
     try:
         idle = ray_processes()
-        per_rollout = _run_per_rollout(n, steps)
-        pool = _run_pool(n, steps, total_hosts=4, on_threads=True)
-        pool_8x = _run_pool(8 * n, steps, total_hosts=4, on_threads=True)
-        on_loop = _run_pool(n, steps, total_hosts=4, on_threads=False)
+        schemes = {
+            "pool": lambda: _run_pool(n, steps, total_hosts=hosts, on_threads=True),
+            "per_rollout": lambda: _run_per_rollout(n, steps),
+            "actor_pool": lambda: _run_actor_pool(n, steps, actors=hosts),
+        }
+        measured: dict[str, list[dict]] = {name: [] for name in schemes}
+        for rep in range(runs):
+            names = list(schemes)
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:
+                measured[name].append(schemes[name]())
+        pool_8x = _run_pool(8 * n, steps, total_hosts=hosts, on_threads=True)
+        on_loop = _run_pool(n, steps, total_hosts=hosts, on_threads=False)
+        sweep = _sweep(SIZES[size]["sweep"], steps)
     finally:
         if started_ray:
             ray.shutdown()
+    rate = {name: spread([r["episodes_per_s"] for r in results]) for name, results in measured.items()}
+    pool, per_rollout, actor_pool = (measured[name][0] for name in schemes)
     return {
-        "workload": {"episodes": n, "steps": steps, "io_s_per_step": IO_S, "screen": f"{SCREEN[1]}x{SCREEN[0]}"},
+        "workload": {"episodes": n, "steps": list(steps), "io_median_s": IO_MEDIAN_S, "screen": f"{SCREEN[1]}x{SCREEN[0]}"},
         "idle_gcs_fds": idle["gcs_fds"],
-        "pool": pool,
+        "pool": {**pool, "episodes_per_s": rate["pool"]},
         "pool_8x": pool_8x,
-        "per_rollout": per_rollout,
+        "per_rollout": {**per_rollout, "episodes_per_s": rate["per_rollout"]},
+        "actor_pool": {**actor_pool, "episodes_per_s": rate["actor_pool"]},
         "pool_on_loop": on_loop,
+        "sweep": sweep,
         "actors_pool": pool["actors"],
         "actors_per_rollout": per_rollout["actors"],
         "gcs_fds_pool": pool["gcs_fds"],
         "gcs_fds_pool_8x": pool_8x["gcs_fds"],
         "gcs_fds_per_rollout": per_rollout["gcs_fds"],
-        "throughput_ratio": pool["episodes_per_s"] / per_rollout["episodes_per_s"],
-        "thread_offload_ratio": pool["episodes_per_s"] / on_loop["episodes_per_s"],
+        "per_rollout_startup_s": spread([r["startup_s"] for r in measured["per_rollout"]]),
+        "throughput_ratio": rate["pool"]["median"] / rate["per_rollout"]["median"],
+        "throughput_ratio_vs_actor_pool": rate["pool"]["median"] / rate["actor_pool"]["median"],
+        "thread_offload_ratio": rate["pool"]["median"] / on_loop["episodes_per_s"],
     }

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import io
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from vlrl.bench.spread import spread
 
 SIZES = {
     "small": {"browser": (640, 480, 8), "desktop": (640, 480, 12)},
@@ -171,10 +172,10 @@ def measure(shots: list[np.ndarray]) -> dict[str, Any]:
         "stored_over_raw": stored / raw_bytes,
         "stored_over_png": stored / png_bytes,
         "exact": exact,
-        "fetch_s_per_image": _spread(fetch),
-        "raw_fetch_s_per_image": _spread(raw_fetch),
-        "png_decode_s_per_image": _spread(decode),
-        "written_bytes_per_turn": {"tiled": _spread(tiled.bytes_per_turn[1:]), "raw": _spread(raw.bytes_per_turn[1:])},
+        "fetch_s_per_image": spread(fetch),
+        "raw_fetch_s_per_image": spread(raw_fetch),
+        "png_decode_s_per_image": spread(decode),
+        "written_bytes_per_turn": {"tiled": spread(tiled.bytes_per_turn[1:]), "raw": spread(raw.bytes_per_turn[1:])},
         **shipped(shots),
     }
 
@@ -223,10 +224,10 @@ def shipped(shots: list[np.ndarray]) -> dict[str, Any]:
         whole_tracker.shipped(p.content_hash for p in whole_parts)
     return {
         "shipped_bytes_per_turn": {
-            "env_to_loop": {"tiles": _spread(env_tiles[1:]), "whole": _spread(env_whole[1:])},
-            "loop_to_engine": {"tiles": _spread(engine_tiles[1:]), "whole_delta": _spread(engine_whole[1:])},
+            "env_to_loop": {"tiles": spread(env_tiles[1:]), "whole": spread(env_whole[1:])},
+            "loop_to_engine": {"tiles": spread(engine_tiles[1:]), "whole_delta": spread(engine_whole[1:])},
         },
-        "ship_s_per_turn": {"tiles": _spread(tiles_s[1:]), "whole_pickle": _spread(whole_s[1:])},
+        "ship_s_per_turn": {"tiles": spread(tiles_s[1:]), "whole_pickle": spread(whole_s[1:])},
     }
 
 
@@ -262,8 +263,3 @@ def _timed_reads(written: _Written, shots: list[np.ndarray]) -> tuple[list[float
         del pixels
     return times, exact
 
-
-def _spread(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"min": 0.0, "median": 0.0, "max": 0.0}
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}

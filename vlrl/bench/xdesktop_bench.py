@@ -23,6 +23,8 @@ from typing import Any
 
 import psutil
 
+from vlrl.bench.spread import spread
+
 EPISODES = {"small": 2, "full": 8}
 SCREEN = (1280, 720)
 
@@ -54,10 +56,10 @@ def run(size: str = "small") -> dict[str, Any]:
             harness.close()
         cold = [_cold_start(XDesktopHarness, family, seed) for seed in range(episodes)]
         families[family] = {
-            "reset_s": _spread(resets),
-            "step_s": _spread(steps),
-            "rss_mb": _spread(rss),
-            "cold_start_s": _spread(cold),
+            "reset_s": spread(resets),
+            "step_s": spread(steps),
+            "rss_mb": spread(rss),
+            "cold_start_s": spread(cold),
             "warm_over_cold": statistics.median(resets) / statistics.median(cold),
             "oracle_success": solved / episodes,
             "oracle_steps": len(steps) / episodes,
@@ -81,6 +83,3 @@ def _rss_mb(pid: int) -> float:
     except psutil.NoSuchProcess:
         return 0.0
 
-
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
