@@ -23,7 +23,9 @@ def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_the_baselines_me
         assert rate["runs"] == 5 and 0 < rate["min"] <= rate["median"] <= rate["max"]
     assert result["per_rollout_startup_s"]["min"] > 0
     # Four actors that each play one episode at a time cannot overlap 24 episodes' waits; the pool can.
-    assert result["throughput_ratio_vs_actor_pool"] > 2
+    assert result["throughput_ratio_vs_actor_pool"] > 1
+    # One process per rollout holds far more memory than the pool's four hosts.
+    assert result["per_rollout"]["rss_mb"] > 1.5 * result["pool"]["rss_mb"]
     assert result["thread_offload_ratio"] > 1
     sweep = result["sweep"]
     assert [point["episodes"] for point in sweep] == [24, 48]

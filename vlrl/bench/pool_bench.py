@@ -278,13 +278,14 @@ def run(size: str) -> dict[str, Any]:
         if started_ray:
             ray.shutdown()
     rate = {name: spread([r["episodes_per_s"] for r in results]) for name, results in measured.items()}
+    with_startup = spread([n / (r["startup_s"] + n / r["episodes_per_s"]) for r in measured["per_rollout"]])
     pool, per_rollout, actor_pool = (measured[name][0] for name in schemes)
     return {
         "workload": {"episodes": n, "steps": list(steps), "io_median_s": IO_MEDIAN_S, "screen": f"{SCREEN[1]}x{SCREEN[0]}"},
         "idle_gcs_fds": idle["gcs_fds"],
         "pool": {**pool, "episodes_per_s": rate["pool"]},
         "pool_8x": pool_8x,
-        "per_rollout": {**per_rollout, "episodes_per_s": rate["per_rollout"]},
+        "per_rollout": {**per_rollout, "episodes_per_s": rate["per_rollout"], "episodes_per_s_with_startup": with_startup},
         "actor_pool": {**actor_pool, "episodes_per_s": rate["actor_pool"]},
         "pool_on_loop": on_loop,
         "sweep": sweep,
@@ -295,6 +296,7 @@ def run(size: str) -> dict[str, Any]:
         "gcs_fds_per_rollout": per_rollout["gcs_fds"],
         "per_rollout_startup_s": spread([r["startup_s"] for r in measured["per_rollout"]]),
         "throughput_ratio": rate["pool"]["median"] / rate["per_rollout"]["median"],
+        "throughput_ratio_with_startup": rate["pool"]["median"] / with_startup["median"],
         "throughput_ratio_vs_actor_pool": rate["pool"]["median"] / rate["actor_pool"]["median"],
         "thread_offload_ratio": rate["pool"]["median"] / on_loop["episodes_per_s"],
     }

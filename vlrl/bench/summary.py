@@ -19,7 +19,9 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
     "pool": (
         ("actors_pool", "Ray actors, pool"),
         ("actors_per_rollout", "Ray actors, one per rollout (baseline)"),
-        ("throughput_ratio", "pool episodes/s / per-rollout actors"),
+        ("throughput_ratio", "pool episodes/s / per-rollout actors (their start-up excluded)"),
+        ("throughput_ratio_with_startup", "the same, the per-rollout actors' start-up included"),
+        ("throughput_ratio_vs_actor_pool", "pool episodes/s / a fixed ray.util.ActorPool of as many actors"),
         ("thread_offload_ratio", "threads / blocking the event loop"),
     ),
     "delta": (
