@@ -3,6 +3,7 @@
     vlrl train examples/train_select_menu.py               # GRPO: 0.15 after the warm start, 0.155 after 50 steps
     vlrl train examples/train_select_menu.py:step_credit   # the same run with step-level credit
     vlrl train examples/train_select_menu.py:replay        # the same run with replay of hard tasks
+    vlrl train examples/train_select_menu.py:long_warm_start  # 4096 demonstrations, 500 steps: 0.29 after it
     vlrl train examples/train_select_menu.py:small         # a 2-step smoke run (CI)
 
 The desktop harness's ``select-menu`` family at 160x120 without decoys: a window whose menu bar
@@ -60,6 +61,16 @@ def replay() -> TrainJob.Config:
     config.run_dir = "runs/train_select_menu_replay"
     config.sources[0].replay = Replay(max_pass_rate=0.25, revisits=2, cap=32, max_age=4)
     config.trainer.trainer.loss.tis_cap = 2.0
+    return config
+
+
+def long_warm_start() -> TrainJob.Config:
+    """``recipe`` with a warm start on 8x the demonstrations and twice the steps, the one setting
+    measured to lift the warm start above guessing (0.29 held-out, from 0.15); its RL stage has
+    not been run at length."""
+    config = recipe()
+    config.run_dir = "runs/train_select_menu_long_warm_start"
+    config.warm_start.episodes, config.warm_start.steps = 4096, 500
     return config
 
 

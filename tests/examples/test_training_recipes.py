@@ -52,11 +52,13 @@ def test_desktop_form_trains_on_multi_turn_typing_demonstrations_with_step_credi
     assert len(grouped) == 2 and all(0 < g <= 1 for g in grouped)
 
 
-@pytest.mark.parametrize("spec", ["recipe", "step_credit", "replay", "small"])
-def test_the_select_menu_recipes_load_and_differ_in_step_credit_or_replay(spec):
+@pytest.mark.parametrize("spec", ["recipe", "step_credit", "replay", "long_warm_start", "small"])
+def test_the_select_menu_recipes_load_and_differ_in_step_credit_replay_or_warm_start(spec):
     config = load_recipe(f"{EXAMPLES / 'train_select_menu.py'}:{spec}")
     assert config.sources[0].env.tasks == ["select-menu"]
-    assert (config.driver.hook.step_credit is None) == (spec in ("recipe", "replay"))
+    assert (config.warm_start.episodes, config.warm_start.steps) == {
+        "long_warm_start": (4096, 500), "small": (8, 2)}.get(spec, (512, 250))  # fmt: skip
+    assert (config.driver.hook.step_credit is None) == (spec in ("recipe", "replay", "long_warm_start"))
     assert (config.sources[0].replay is None) == (spec != "replay")
     assert (config.trainer.trainer.loss.tis_cap is None) == (spec != "replay")
 
