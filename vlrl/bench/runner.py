@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--size",
         choices=["small", "full"],
         default="small",
-        help="small fits a 2-core machine in about a minute; full uses larger batches",
+        help="small fits a 2-core machine in a few minutes; full uses larger batches and longer sweeps",
     )
 
 
