@@ -25,7 +25,6 @@ def test_the_server_counts_each_screenshot_once_under_delta_and_the_whole_histor
     # The body carries the images base64-encoded: at least 4/3 of their bytes crossed the wire.
     assert t["wire_bytes_delta"] >= len(base64.b64encode(b"x" * sum(png))) > sum(png)
     assert t["wire_bytes_full"] - t["wire_bytes_delta"] >= 4 / 3 * (t["image_bytes_full"] - t["image_bytes_delta"])
-    assert t["wall_s_full"]["runs"] == t["wall_s_delta"]["runs"] == 2 and t["rollout_speedup"] > 0
     one = figures["T1"]  # one turn: both schemes send the same single image
     assert one["image_bytes_full"] == one["image_bytes_delta"] == png[0]
 

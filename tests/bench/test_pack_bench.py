@@ -54,8 +54,10 @@ def test_the_exhaustive_optimum_and_the_lower_bound_on_hand_made_cases():
 
 def test_planner_and_kk_against_the_optimum_and_the_hard_regimes():
     figures = exact(cases=4)
-    assert figures["cases"] == 8
-    assert 1 <= figures["planner_over_optimum_mean"] <= figures["planner_over_optimum_max"] < 1.1
-    for point in regimes(dps=(8, 32), per_rank=(2, 16)):
-        # No plan beats the bound; ranks in lockstep wait at least as long as the costliest rank's total.
-        assert point["imbalance_lower_bound"] <= point["imbalance_planner"] + 1e-9 <= point["lockstep_imbalance"] + 2e-9
+    assert figures["planner_over_optimum_mean"] >= 1 - 1e-12  # below 1: the search missed a better assignment
+    assert figures["planner_over_optimum_max"] < 1.1  # the planner within 10% of the optimum on every case
+    by_shape = {(p["dp"], p["sequences_per_rank"]): p for p in regimes(dps=(8, 32), per_rank=(2, 16))}
+    # Two sequences per rank: the longest sequence alone sets the step, and the planner must put it alone.
+    assert by_shape[8, 2]["imbalance_planner"] == pytest.approx(by_shape[8, 2]["imbalance_lower_bound"], rel=1e-9)
+    # Sixteen per rank: totals balance almost perfectly, yet the micro-batches in lockstep do not.
+    assert by_shape[32, 16]["imbalance_planner"] < 1.01 < by_shape[32, 16]["lockstep_imbalance"]

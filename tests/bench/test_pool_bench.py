@@ -18,10 +18,6 @@ def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_the_baselines_me
     # The GCS holds a descriptor per worker: flat for the pool at 8x the episodes, growing per rollout.
     assert result["gcs_fds_pool_8x"] <= result["gcs_fds_pool"] + 4
     assert result["gcs_fds_per_rollout"] > result["gcs_fds_pool"]
-    for scheme in ("pool", "per_rollout", "actor_pool"):
-        rate = result[scheme]["episodes_per_s"]
-        assert rate["runs"] == 5 and 0 < rate["min"] <= rate["median"] <= rate["max"]
-    assert result["per_rollout_startup_s"]["min"] > 0
     # Four actors that each play one episode at a time cannot overlap 24 episodes' waits; the pool can.
     assert result["throughput_ratio_vs_actor_pool"] > 1
     # One process per rollout holds far more memory than the pool's four hosts.
