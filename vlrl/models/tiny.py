@@ -52,7 +52,7 @@ class TinyModel:
     hidden_size: Annotated[int, Ge(32)] = 64
     """Width of the language model: a multiple of 32 (heads of 16 dimensions, half as many KV
     heads); the MLP is twice as wide. The capacity a task needs is one of the things a learning
-    curve can be limited by (``docs/learning.md``)."""
+    curve can be limited by (``docs/training.md``, select-menu)."""
 
     layers: Annotated[int, Ge(1)] = 2
     """Decoder layers of the language model."""
