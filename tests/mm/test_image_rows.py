@@ -7,12 +7,13 @@ import random
 
 import numpy as np
 import pytest
+import ray
 
 from vlrl.bench.tiles_bench import desktop_screens
 from vlrl.mm import describe_image
 from vlrl.mm.image_rows import ImageWriter, pack_key, read_images
 from vlrl.mm.tiles import TileCodec, tile_hash
-from vlrl.store import LocalStore
+from vlrl.store import LocalStore, ShardLostError
 
 
 def _typing_screens(turns: int = 12) -> list[np.ndarray]:
@@ -106,3 +107,75 @@ def test_a_dead_writers_tiled_images_are_taken_back_whole(store):
     assert store.stats().keys > len(shots)  # images and their packs
     store.take_back(["run-1"])
     assert store.stats().keys == 0
+
+
+def test_a_dead_writers_image_that_another_writer_shares_keeps_its_packs(store):
+    # run-1 wrote three screens, each later one naming the earlier packs; run-2 took the third
+    # screen too. Taking run-1 back must leave that image whole, its packs included.
+    shots = _typing_screens(turns=3)
+    dead, _ = _write(store, shots, "seq/dead", writer="run-1")
+    alive, written = _write(store, [shots[2]], "seq/alive", writer="run-2")
+    assert written == [0]  # shared, not written again
+    store.take_back(["run-1"])
+    assert store.contains([m.store_key for m in dead[:2]]) == [False, False]
+    key = alive[0].store_key
+    assert read_images(store, [key])[key].tobytes() == shots[2].tobytes()
+    store.release([(key, "seq/alive/0")])
+    assert store.stats().keys == 0
+
+
+def _two_shard_ray_store():
+    from vlrl.store.ray_store import RayStore
+
+    return RayStore.Config(shards=2, call_timeout_s=5.0).build()
+
+
+def test_the_packs_of_images_a_restarted_shard_lost_go_with_them(ray_session):
+    from tests.store.test_faults import restart_shards
+
+    store = _two_shard_ray_store()
+    shots = _typing_screens(turns=8)
+    metas, _ = _write(store, shots, "seq/a")
+    lost = store._shards.position(metas[0].store_key)
+    on_lost = {m.store_key for m in metas if store._shards.position(m.store_key) == lost}
+    survivor = store._shards._shards[1 - lost]
+    held_for = ray.get(survivor.call.remote("__getattribute__", ("_held_for",), {}))[1]
+    assert {owner for owner in held_for.values()} & on_lost, "needs a surviving pack held by a lost image"
+    restart_shards(store, [lost])
+    # Every image goes: those the restarted shard lost release as a no-op, the others for real.
+    store.release([(m.store_key, f"seq/a/{i}") for i, m in enumerate(metas)])
+    assert store.stats().keys == 0  # the surviving packs that only lost images held went too
+    store.destroy()
+
+
+class _RestartsBeforeImage:
+    """A real store whose ``image``'s index shard restarts just before that image is written:
+    after its writer took the references to its packs, before it wrote the image."""
+
+    def __init__(self, store, image: str) -> None:
+        self._store, self._image = store, image
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def put_shared(self, key, fields, **names):
+        if key == self._image:
+            from tests.store.test_faults import restart_shards
+
+            restart_shards(self._store, [self._store._shards.position(key)])
+        return self._store.put_shared(key, fields, **names)
+
+
+def test_an_image_whose_shard_restarts_while_it_is_written_fails_and_leaves_nothing(ray_session):
+    store = _two_shard_ray_store()
+    shots = _typing_screens(turns=2)
+    metas = [describe_image(s) for s in shots]
+    images = ImageWriter(store)
+    images.put(store, metas[0], shots[0], holder="seq/a/0")
+    restarting = _RestartsBeforeImage(store, metas[1].store_key)
+    with pytest.raises(ShardLostError, match="restarted while it was written"):
+        images.put(restarting, metas[1], shots[1], holder="seq/a/1")
+    assert store.contains([metas[1].store_key]) == [False]
+    store.release([(metas[0].store_key, "seq/a/0")])
+    assert store.stats().keys == 0
+    store.destroy()

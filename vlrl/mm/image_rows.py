@@ -7,13 +7,17 @@ slot order: which tiles an image introduces depends on what its writer wrote bef
 writers of one image may make different packs of it, and a pack key names one content only. An
 ``ImageWriter`` writes one writer's images (a trajectory's, in turn order) and remembers their
 tiles, so a later screen stores only the tiles that changed and names the earlier packs for the
-rest. An image key holds one reference to each of its packs (``put_shared(..., holds=...)``), so
-a pack lives while any image naming it does, and goes with the last. The image's content hash,
-key and ``MMItemMeta`` are the same either way; ``read_images`` gives back the exact pixels.
+rest. An image key holds one reference to each of its packs (``put_shared(..., holds=...)``),
+taken for it (``held_for``) under a holder name unique to that write, so a pack lives while any
+image naming it does and goes with the last; a dead writer's ``take_back`` leaves the packs of
+an image it wrote that others still hold, and the images a restarted index shard lost drop
+theirs. The image's content hash, key and ``MMItemMeta`` are the same either way;
+``read_images`` gives back the exact pixels.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +26,7 @@ import numpy as np
 
 from vlrl.mm.tiles import HASH_BYTES, TileCodec, decode_manifest, encode_manifest, pack_tiles, tile_hash, unpack_tile
 from vlrl.records import PIXELS, MMItemMeta
-from vlrl.store.errors import KeyMissingError
+from vlrl.store.errors import KeyMissingError, ShardLostError
 
 MANIFEST, PACKS, GEOMETRY = "tile_manifest", "tile_packs", "tile_geometry"
 """Fields of a tiled image key: the compressed ``(pack, slot)`` pairs, the pack keys (ASCII, one
@@ -61,13 +65,14 @@ class ImageWriter:
         places = [self._known.get(d) or (own, slots[d]) for d in hashes]
         packs = list(dict.fromkeys(pack for pack, _ in places))
         refs = np.array([(packs.index(pack), slot) for pack, slot in places], np.int32)
+        token = f"{key}#{uuid.uuid4().hex[:16]}"  # this write's holder name on its packs
         taken: list[str] = []
         try:
             if fresh:
-                store.put_shared(own, pack_tiles(list(fresh.values())), holder=key, writer=writer)
+                store.put_shared(own, pack_tiles(list(fresh.values())), holder=token, writer=writer, held_for=key)
                 taken.append(own)
             earlier = [p for p in packs if p != own]
-            held = store.share(earlier, key, writer=writer) if earlier else []
+            held = store.share(earlier, token, writer=writer, held_for=key) if earlier else []
             taken += [p for p, ok in zip(earlier, held) if ok]
             if not all(held):
                 lost = [p for p, ok in zip(earlier, held) if not ok]
@@ -77,12 +82,17 @@ class ImageWriter:
                 PACKS: np.array([list(p.encode("ascii")) for p in packs], np.uint8),
                 GEOMETRY: np.array([*pixels.shape[:2], self._codec.tile], np.int32),
             }
-            wrote = store.put_shared(key, fields, holder=holder, writer=writer, holds=packs)
+            wrote = store.put_shared(key, fields, holder=holder, writer=writer, holds=packs, holds_as=token)
         except BaseException:
-            store.release([(p, key) for p in taken])
+            store.release_held([(p, token) for p in taken])
             raise
         if not wrote:  # another writer stored this image meanwhile, with its own packs
-            store.release([(p, key) for p in taken])
+            store.release_held([(p, token) for p in taken])
+        elif not all(store.holds([(p, token) for p in packs])):
+            # The image's shard restarted while this wrote: the store dropped the references held
+            # for it, so the image must not stay naming packs it does not hold.
+            store.release([(key, holder)])
+            raise ShardLostError(f"image {key!r}: its index shard restarted while it was written")
         self._known.update({d: (own, slot) for d, slot in slots.items()})
         return wrote
 

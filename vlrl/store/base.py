@@ -15,6 +15,11 @@ A payload is a set of named fields (arrays) under a key. The contract:
   by itself, so ``release([(key, key)])`` ends it as ``delete`` would.
 - ``put`` and ``put_shared`` may name their ``writer``; ``take_back(writers)`` deletes what those
   writers put and drops the references they took, for a writer that died before undoing them.
+- A key may hold others (an image its tile packs): ``put_shared(key, ..., holds=children,
+  holds_as=name)`` after taking each child's reference with ``share``/``put_shared(...,
+  holder=name, held_for=key)``. Those references are the key's: released when it goes, kept
+  by ``take_back`` once it was written, dropped by the store when the key's index shard restarts
+  (so ``release_held`` drops them where a writer may find them dropped already).
 - ``delete(keys)`` frees keys whatever their references; ``stats()`` counts keys and bytes
   store-wide; ``io_stats()`` counts the payload bytes this client moved, which is what the
   benchmarks report.
@@ -58,10 +63,21 @@ class PayloadStore(Protocol):
     def contains(self, keys: Sequence[str]) -> list[bool]: ...
     def delete(self, keys: Sequence[str], *, missing_ok: bool = False) -> None: ...
     def put_shared(
-        self, key: str, fields: Mapping[str, Any], *, holder: str, writer: str | None = None, holds: Sequence[str] = ()
+        self,
+        key: str,
+        fields: Mapping[str, Any],
+        *,
+        holder: str,
+        writer: str | None = None,
+        held_for: str | None = None,
+        holds: Sequence[str] = (),
+        holds_as: str | None = None,
     ) -> bool: ...
-    def share(self, keys: Sequence[str], holder: str, *, writer: str | None = None) -> list[bool]: ...
+    def share(
+        self, keys: Sequence[str], holder: str, *, writer: str | None = None, held_for: str | None = None
+    ) -> list[bool]: ...
     def release(self, refs: Sequence[tuple[str, str]]) -> list[str]: ...
+    def release_held(self, refs: Sequence[tuple[str, str]]) -> list[str]: ...
     def holds(self, refs: Sequence[tuple[str, str]]) -> list[bool]: ...
     def take_back(self, writers: Sequence[str]) -> list[str]: ...
     def stats(self) -> StoreStats: ...
@@ -149,33 +165,60 @@ class IndexedStore(ABC):
         self._dropped(dropped, keys)
 
     def put_shared(
-        self, key: str, fields: Mapping[str, Any], *, holder: str, writer: str | None = None, holds: Sequence[str] = ()
+        self,
+        key: str,
+        fields: Mapping[str, Any],
+        *,
+        holder: str,
+        writer: str | None = None,
+        held_for: str | None = None,
+        holds: Sequence[str] = (),
+        holds_as: str | None = None,
     ) -> bool:
         """Write ``key`` if absent, else take one more reference to it, for ``holder``; True when
         this call wrote it. Every call is matched by one ``release`` of ``(key, holder)``. Only
-        absent keys send their bytes. ``holds``: keys the new key holds one reference to each,
-        already taken with ``key`` as their holder; released when ``key`` goes (not taken over
-        when ``key`` was there already: the caller then drops them)."""
+        absent keys send their bytes. ``held_for``: the reference is that key's own (it holds
+        this one through ``holds``). ``holds``: keys the new key holds one reference to each,
+        already taken for it under the holder name ``holds_as``; released when ``key`` goes (not
+        taken over when ``key`` was there already: the caller then drops them)."""
         (key, holder) = _check_keys([key, holder])
-        if self._index("share", [key], holder, writer)[0]:
+        holds = tuple(_check_keys(list(holds)))
+        if holds and not (isinstance(holds_as, str) and holds_as):
+            raise StoreError(
+                f"store key {key!r}: holds needs holds_as, the holder name its references were taken under"
+            )
+        if self._index("share", [key], holder, writer, held_for)[0]:
             return False
         try:
-            self._write(key, fields, new_key=True, refs=NewKey(holder, writer, tuple(_check_keys(list(holds)))))
+            self._write(key, fields, new_key=True, refs=NewKey(holder, writer, held_for, holds, holds_as))
             return True
         except DuplicateWriteError:  # another writer got there between share and put
-            if self._index("share", [key], holder, writer)[0]:
+            if self._index("share", [key], holder, writer, held_for)[0]:
                 return False
             raise
 
-    def share(self, keys: Sequence[str], holder: str, *, writer: str | None = None) -> list[bool]:
+    def share(
+        self, keys: Sequence[str], holder: str, *, writer: str | None = None, held_for: str | None = None
+    ) -> list[bool]:
         """One more reference for ``holder`` to each key that exists (True), none to an absent one
-        (False); every True is matched by one ``release`` of ``(key, holder)``."""
-        return self._index("share", _check_keys(keys), _check_keys([holder])[0], writer)
+        (False); every True is matched by one ``release`` of ``(key, holder)``. ``held_for``: as
+        in ``put_shared``."""
+        return self._index("share", _check_keys(keys), _check_keys([holder])[0], writer, held_for)
 
     def release(self, refs: Sequence[tuple[str, str]]) -> list[str]:
         """Drop one reference per ``(key, holder)``; return the keys this deleted (their last went)."""
         refs = _check_refs(refs)
         dropped = self._index("release", refs)
+        freed = [key for (key, _), row in zip(refs, dropped) if row is not None]
+        self._dropped([row for row in dropped if row is not None], freed)
+        return freed
+
+    def release_held(self, refs: Sequence[tuple[str, str]]) -> list[str]:
+        """``release`` of those references still held, skipping the rest: for a writer dropping
+        references it took for a key (``held_for``), which the store drops itself when that key's
+        shard restarts."""
+        refs = _check_refs(refs)
+        dropped = self._index("release_held", refs)
         freed = [key for (key, _), row in zip(refs, dropped) if row is not None]
         self._dropped([row for row in dropped if row is not None], freed)
         return freed
@@ -188,10 +231,19 @@ class IndexedStore(ABC):
     def take_back(self, writers: Sequence[str]) -> list[str]:
         """Delete every key the ``writers`` put and drop every reference they took, whichever shard
         holds them: the undo of a writer that died before it could undo its own writes (a loop
-        host killed under its tenants). Returns the keys this deleted."""
-        pairs = self._index("take_back", _check_keys(writers))
+        host killed under its tenants). A reference it took for a key (``held_for``) goes only if
+        that key does not hold it: the key was never written, or went; a key the writer wrote and
+        others still hold keeps what it names. Returns the keys this deleted."""
+        writers = _check_keys(writers)
+        pairs = self._index("take_back", writers)
         self._dropped([row for _, row in pairs], [key for key, _ in pairs])
-        return [key for key, _ in pairs]
+        deleted = [key for key, _ in pairs]
+        pending = self._index("held_for_refs", writers)
+        if pending:
+            names = self._index("holds_as", [owner for _, _, owner in pending])
+            unowned = [(key, holder) for (key, holder, _), name in zip(pending, names) if name != holder]
+            deleted += self.release_held(unowned)
+        return deleted
 
     def stats(self) -> StoreStats:
         return self._index("stats")
@@ -209,7 +261,7 @@ class IndexedStore(ABC):
         """Free the storage of keys the index deleted, then drop the references they held (which
         may delete further keys: an image's tile packs)."""
         while keys:
-            held = [(child, parent) for parent, row in zip(keys, rows) for child in row.pop(HELD, (None, ()))[1]]
+            held = [ref for row in rows for ref in row.pop(HELD, (None, ()))[1]]
             self._free(rows, keys)
             if not held:
                 return

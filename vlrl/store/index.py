@@ -9,6 +9,7 @@ at most ``remote_index.INLINE_BYTES`` it keeps inline, never larger payload arra
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -28,16 +29,26 @@ class StoreStats:
 @dataclass(frozen=True, slots=True)
 class NewKey:
     """How a key being written is held: its first reference is ``holder``'s (None: the key's own,
-    a plain ``put``), taken by ``writer``; ``holds`` are keys this one holds a reference to each
-    (taken, with this key as holder, before it was written), dropped when it goes."""
+    a plain ``put``), taken by ``writer``; ``held_for``: that reference is key ``held_for``'s own
+    (see ``KeyIndex``). ``holds`` are keys this one holds a reference to each, taken before it
+    was written under the holder name ``holds_as`` (unique to this write) with ``held_for`` this
+    key, and dropped when it goes."""
 
     holder: str | None = None
     writer: str | None = None
+    held_for: str | None = None
     holds: tuple[str, ...] = ()
+    holds_as: str | None = None
+
+
+def shard_of(key: str, shards: int) -> int:
+    """Which of ``shards`` index shards holds ``key``'s record."""
+    return zlib.crc32(key.encode()) % shards
 
 
 HELD = "__holds__"
-"""Where a deleted key's row names the keys it held, for the store to release them in turn."""
+"""Where a deleted key's row names the references it held, ``(key, holder)``, for the store to
+release them in turn."""
 
 
 @dataclass(slots=True)
@@ -61,6 +72,13 @@ class KeyIndex:
     each writer put and drops the references it took, for a writer whose process died before it
     could undo them itself. Writer records go with the keys and references they name.
 
+    A reference may be *held for* a key (an image's reference to a tile pack it names): it is that
+    key's, released when the key goes, under a holder name unique to the key's write (its
+    ``holds_as``), so a key written again after it went never shares references with its earlier
+    self. Such a reference is not taken back with its writer once the key it is held for was
+    written (the key owns it then: ``held_for_refs`` lists them for the store to decide), and when
+    the shard indexing that key restarts, the key is gone and ``drop_held_for`` drops them.
+
     ``successor``: this index replaced one that died (a restarted shard), so a key or reference
     it does not know may have been lost with its predecessor: reads of it raise ``ShardLostError``
     and releasing it is a no-op, while everything written since is kept exactly as above.
@@ -72,6 +90,8 @@ class KeyIndex:
         self._writer_of: dict[str, str] = {}  # put key -> its writer
         self._ref_writers: dict[tuple[str, str], Counter[str]] = {}  # (key, holder) -> writers of its references
         self._holds: dict[str, tuple[str, ...]] = {}  # key -> the keys it holds
+        self._holds_as: dict[str, str] = {}  # key -> the holder name of its references to what it holds
+        self._held_for: dict[tuple[str, str], str] = {}  # (key, holder) -> the key whose own reference it is
         self._bytes = 0
         self.successor = successor
 
@@ -101,8 +121,11 @@ class KeyIndex:
                 self._writer_of[key] = refs.writer
             elif refs.writer is not None:
                 self._ref_writers.setdefault((key, holder), Counter())[refs.writer] += 1
+            if refs.held_for is not None:
+                self._held_for[(key, holder)] = refs.held_for
             if refs.holds:
                 self._holds[key] = tuple(refs.holds)
+                self._holds_as[key] = refs.holds_as
 
     def commit(self, key: str, handles: dict[str, Any]) -> None:
         row = self._rows[key]
@@ -151,10 +174,12 @@ class KeyIndex:
         if absent:
             raise self._missing(f"cannot delete store key(s) {absent[:5]}: not written or already deleted")
 
-    def share(self, keys: list[str], holder: str, writer: str | None = None) -> list[bool]:
-        """One more reference by ``holder`` (taken by ``writer``) to each key that exists (written,
-        or being written by another client): True; False for an absent key, which the caller
-        then writes."""
+    def share(
+        self, keys: list[str], holder: str, writer: str | None = None, held_for: str | None = None
+    ) -> list[bool]:
+        """One more reference by ``holder`` (taken by ``writer``, held for key ``held_for``) to each
+        key that exists (written, or being written by another client): True; False for an absent
+        key, which the caller then writes."""
         out = []
         for key in keys:
             present = key in self._rows
@@ -162,23 +187,52 @@ class KeyIndex:
                 self._holders[key][holder] += 1
                 if writer is not None:
                     self._ref_writers.setdefault((key, holder), Counter())[writer] += 1
+                if held_for is not None:
+                    self._held_for[(key, holder)] = held_for
             out.append(present)
         return out
 
     def take_back(self, writers: list[str]) -> list[tuple[str, dict[str, tuple[FieldSpec, Any]]]]:
         """Delete the keys ``writers`` put and drop the references they took (what is gone already
-        is skipped); returns each deleted key with its stored fields, for the backend to free."""
-        wanted = set(writers)
+        is skipped), but those held for a key (``held_for_refs``); returns each deleted key with
+        its stored fields, for the backend to free."""
+        refs = [ref for ref in self._taken_by(writers) if ref not in self._held_for]
+        out = [(key, row) for (key, _), row in zip(refs, self._release(refs)) if row is not None]
+        keys = [key for key, writer in self._writer_of.items() if writer in set(writers)]
+        return out + [(key, self._drop(key)) for key in keys]
+
+    def held_for_refs(self, writers: list[str]) -> list[tuple[str, str, str]]:
+        """``(key, holder, held_for)`` of the references ``writers`` took for a key: each is to be
+        dropped only if that key does not hold through ``holder`` (``holds_as``), i.e. was never
+        written by that writer, or went."""
+        return [(*ref, self._held_for[ref]) for ref in self._taken_by(writers) if ref in self._held_for]
+
+    def holds_as(self, keys: list[str]) -> list[str | None]:
+        """The holder name each key holds the keys it holds under (None: it holds none, or is absent)."""
+        return [self._holds_as.get(key) if self.contains([key])[0] else None for key in keys]
+
+    def drop_held_for(self, position: int, shards: int) -> list[tuple[str, dict[str, tuple[FieldSpec, Any]]]]:
+        """Drop every reference held for a key that shard ``position`` of ``shards`` indexed: that
+        shard restarted, so those keys are gone and will never release them. Returns each key
+        this deleted with its stored fields (tile packs: they hold nothing themselves)."""
         refs = [
+            ref
+            for ref, owner in self._held_for.items()
+            if shard_of(owner, shards) == position
+            for _ in range(self._holders.get(ref[0], Counter())[ref[1]])
+        ]
+        return [(key, row) for (key, _), row in zip(refs, self._release(refs)) if row is not None]
+
+    def _taken_by(self, writers: list[str]) -> list[tuple[str, str]]:
+        """Each ``(key, holder)`` reference ``writers`` took, once per time it was taken."""
+        wanted = set(writers)
+        return [
             (key, holder)
             for (key, holder), by in self._ref_writers.items()
             for writer, n in by.items()
             if writer in wanted
             for _ in range(n)
         ]
-        out = [(key, row) for (key, _), row in zip(refs, self._release(refs)) if row is not None]
-        keys = [key for key, writer in self._writer_of.items() if writer in wanted]
-        return out + [(key, self._drop(key)) for key in keys]
 
     def holds(self, refs: list[tuple[str, str]]) -> list[bool]:
         """Whether each ``(key, holder)`` reference is held (its key written)."""
@@ -214,6 +268,7 @@ class KeyIndex:
             holders[holder] -= 1
             if holders[holder] == 0:
                 del holders[holder]
+                self._held_for.pop((key, holder), None)
             writers = self._ref_writers.get((key, holder))
             if writers:  # one reference fewer to take back, whoever drops it
                 writer = next(iter(writers))
@@ -227,20 +282,22 @@ class KeyIndex:
 
     def _drop(self, key: str) -> dict[str, tuple[FieldSpec, Any]]:
         row = self._rows.pop(key, {})
-        held = self._holds.pop(key, ())
+        held, holds_as = self._holds.pop(key, ()), self._holds_as.pop(key, None)
         self._forget(key)
         self._bytes -= sum(e.spec.nbytes for e in row.values() if e.committed)
         out: dict[str, Any] = {n: (e.spec, e.handles) for n, e in row.items() if e.committed}
         if held:
-            out[HELD] = (None, held)
+            out[HELD] = (None, tuple((child, holds_as) for child in held))
         return out
 
     def _forget(self, key: str) -> None:
         """Drop the holders and writer records of a key that is gone."""
         for holder in self._holders.pop(key, {}):
             self._ref_writers.pop((key, holder), None)
+            self._held_for.pop((key, holder), None)
         self._writer_of.pop(key, None)
         self._holds.pop(key, None)
+        self._holds_as.pop(key, None)
 
     def stats(self) -> StoreStats:
         return StoreStats(keys=sum(self.contains(list(self._rows))), bytes=self._bytes)

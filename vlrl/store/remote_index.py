@@ -11,14 +11,16 @@ flight at its death raise ``ShardLostError`` naming it; afterwards it serves new
 before, and as a *successor* index (``KeyIndex(successor=True)``) it answers a read of a key it
 does not know with ``ShardLostError`` (the key may have been lost with its predecessor) and
 skips releases of references it never held, so the driver fails exactly the groups whose
-payloads are gone while the run goes on. Every call waits at most ``timeout_s``
+payloads are gone while the run goes on. Before it serves anything, a successor has every other
+shard drop the references held for the keys it lost (an image's references to its tile packs,
+which would otherwise outlive it: ``KeyIndex.drop_held_for``). Every call waits at most ``timeout_s``
 (``StoreTimeoutError``), so a stuck or restarting shard never hangs its callers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +31,7 @@ from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
 from vlrl.store.errors import ShardLostError, StoreError, StoreTimeoutError
 from vlrl.store.fields import FieldSpec
-from vlrl.store.index import KeyIndex, NewKey, StoreStats
+from vlrl.store.index import KeyIndex, NewKey, StoreStats, shard_of
 
 RAY_NAMESPACE = "vlrl"
 INLINE_BYTES = 4096
@@ -41,9 +43,12 @@ a Ray object costs a round trip to its owner to read, more than the bytes themse
 class StoreShard:
     """Index of one key shard, and owner of the payload objects ``write`` receives."""
 
-    def __init__(self) -> None:
-        self._keys = KeyIndex(successor=ray.get_runtime_context().was_current_actor_reconstructed)
+    def __init__(self, position: int, names: list[str], timeout_s: float) -> None:
+        successor = ray.get_runtime_context().was_current_actor_reconstructed
+        self._keys = KeyIndex(successor=successor)
         self._lock = threading.Lock()
+        if successor:
+            _drop_held_for_lost_keys(position, names, timeout_s)
 
     def call(self, method: str, args: tuple, kwargs: dict) -> tuple[bool, Any]:
         # Store errors travel back as values so that the caller re-raises the original type.
@@ -54,6 +59,12 @@ class StoreShard:
             return False, ShardLostError(f"store shard {ray.get_runtime_context().get_actor_name()!r}: {error}")
         except StoreError as error:
             return False, error
+
+    def drop_held_for(self, position: int, shards: int) -> int:
+        """``KeyIndex.drop_held_for``, for a restarted sibling: the keys it deletes (tile packs) are
+        payloads this actor owns, freed as their handles go; returns how many went."""
+        with self._lock:
+            return len(self._keys.drop_held_for(position, shards))
 
     def write(
         self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, refs: NewKey | None
@@ -74,27 +85,45 @@ class StoreShard:
         return self.call("commit", (key, refs), {})
 
 
+def _drop_held_for_lost_keys(position: int, names: list[str], timeout_s: float) -> None:
+    """Have every other shard drop the references held for the keys shard ``position`` lost. Runs
+    before this successor serves a call, so a writer whose key lands here afterwards finds its
+    earlier references dropped (and fails) rather than kept for nobody. A shard that does not
+    answer in ``timeout_s`` is restarting itself: it lost its references too."""
+    calls = []
+    for name in names[:position] + names[position + 1 :]:
+        try:
+            shard = ray.get_actor(name, namespace=RAY_NAMESPACE)
+        except ValueError:  # killed for good: nothing of it to drop
+            continue
+        calls.append(shard.drop_held_for.remote(position, len(names)))
+    for call in calls:
+        with contextlib.suppress(GetTimeoutError, RayActorError):
+            ray.get(call, timeout=timeout_s)
+
+
 class ShardedIndex:
     """Client side of the shards: routes each key to its shard and merges multi-key answers."""
 
     def __init__(self, name: str, shards: int, *, timeout_s: float) -> None:
         self._names = [f"{name}/{i}" for i in range(shards)]
         self._shards = [
-            StoreShard.options(name=n, namespace=RAY_NAMESPACE, get_if_exists=True).remote() for n in self._names
+            StoreShard.options(name=n, namespace=RAY_NAMESPACE, get_if_exists=True).remote(i, self._names, timeout_s)
+            for i, n in enumerate(self._names)
         ]
         self._timeout_s = timeout_s
 
     def position(self, key: str) -> int:
         """Which shard indexes (and owns the payload of) ``key``."""
-        return zlib.crc32(key.encode()) % len(self._shards)
+        return shard_of(key, len(self._shards))
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if method == "stats":
             parts = [self._ask(position, method) for position in range(len(self._shards))]
             return StoreStats(keys=sum(p.keys for p in parts), bytes=sum(p.bytes for p in parts))
-        if method == "take_back":  # a writer's keys and references may be on every shard
+        if method in ("take_back", "held_for_refs"):  # a writer's keys and references may be on every shard
             return [pair for position in range(len(self._shards)) for pair in self._ask(position, method, *args)]
-        if method in ("lookup", "contains", "share"):  # a key's repeats all go to its one shard
+        if method in ("lookup", "contains", "share", "holds_as"):  # a key's repeats all go to its one shard
             return self._scatter(method, args[0], *args[1:], **kwargs)
         if method in ("holds", "release", "release_held"):  # (key, holder) pairs, each to its key's shard
             return self._scatter(method, args[0], key_of=lambda ref: ref[0])
