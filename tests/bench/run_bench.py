@@ -9,9 +9,9 @@ import sys
 from typing import Any
 
 
-def run_bench(name: str, timeout_s: int = 600) -> dict[str, Any]:
+def run_bench(name: str, timeout_s: int = 600, size: str = "small") -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-m", "vlrl.cli", "bench", name, "--json"],
+        [sys.executable, "-m", "vlrl.cli", "bench", name, "--size", size, "--json"],
         capture_output=True,
         text=True,
         timeout=timeout_s,

@@ -1,4 +1,4 @@
-"""``vlrl bench async`` at small size: the synchronous run trains only tokens of the current
+"""``vlrl bench async`` at smoke size: the synchronous run trains only tokens of the current
 policy, the asynchronous one overlaps rollouts with training (tokens sampled by older versions
 reach the trainer, and those past the bound are the ones cut)."""
 
@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 def test_vlrl_bench_async_runs_both_modes_side_by_side():
     from tests.bench.run_bench import run_bench
 
-    result = run_bench("async", timeout_s=900)
+    result = run_bench("async", timeout_s=900, size="smoke")
     long = result["configs"]["long"]
     sync, asynchronous = long["sync"], long["async"]
     # Synchronous: every trained token was sampled by the policy being trained, no episode

@@ -43,6 +43,10 @@ from vlrl.bench.spread import spread
 from vlrl.harness import register
 
 SIZES = {
+    "smoke": {
+        "steps": 3, "warm_steps": 5, "warm_episodes": 16, "eval_episodes": 4, "configs": ("long",),
+        "turns": 4, "group_size": 4, "groups_per_batch": 2,
+    },
     "small": {
         "steps": 3, "warm_steps": 20, "warm_episodes": 64, "eval_episodes": 8, "configs": ("long",),
         "turns": 6, "group_size": 4, "groups_per_batch": 4,

@@ -36,7 +36,7 @@ FAULTS = (
     "loop_host", "env_host", "engine", "store_shard",
     "grader_hang", "harness_timeout", "hook_store_error", "cache_miss_burst",
 )  # fmt: skip
-STEPS = {"small": 3, "full": 8}
+STEPS = {"smoke": 2, "small": 3, "full": 8}
 """RL steps per run (at least 2: the fault comes in any step but the last)."""
 TIMEOUT_S = 4.0
 """Tenant and judge timeouts of the runs: a stalled call outlives them by a few seconds."""

@@ -32,8 +32,12 @@ from vlrl.rollout.chat import ChatTurn
 from vlrl.rollout.client import ContextImage, InferenceClient
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, SamplingParams
 
-TURNS = {"small": (5, 15, 50), "full": (5, 15, 50, 100)}
-ROLLOUT = {"small": {"turns": 15, "trajectories": 4}, "full": {"turns": 30, "trajectories": 8}}
+TURNS = {"smoke": (5, 15, 50), "small": (5, 15, 50), "full": (5, 15, 50, 100)}
+ROLLOUT = {
+    "smoke": {"turns": 6, "trajectories": 2},
+    "small": {"turns": 15, "trajectories": 4},
+    "full": {"turns": 30, "trajectories": 8},
+}
 SCREEN = (1280, 720)
 
 

@@ -36,6 +36,7 @@ from vlrl.mm import encode_image
 
 SCHEMES = ("full", "delta")
 SETTINGS = {
+    "smoke": {"screens": ((1280, 720),), "turns": (1, 15, 50), "timed": (15, 50), "runs": 2},
     "small": {"screens": ((1280, 720),), "turns": (1, 5, 15, 50), "timed": (15, 50), "runs": 5},
     "full": {"screens": ((1280, 720), (1920, 1080)), "turns": (1, 5, 15, 50, 100), "timed": (15, 50), "runs": 5},
 }

@@ -31,7 +31,11 @@ TOKENS = 4096
 SCREENSHOTS = 15
 WIDTH, HEIGHT = 1280, 720
 GROUP = 8
-SIZES = {"small": {"groups": 64, "baseline_sequences": 4}, "full": {"groups": 1250, "baseline_sequences": 8}}
+SIZES = {
+    "smoke": {"groups": 16, "baseline_sequences": 2},
+    "small": {"groups": 64, "baseline_sequences": 4},
+    "full": {"groups": 1250, "baseline_sequences": 8},
+}
 CAP_BYTES = 64 * 1024**3
 RULE = PatchRule()
 

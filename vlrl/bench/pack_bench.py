@@ -36,7 +36,7 @@ from vlrl.pack.kk import karmarkar_karp
 from vlrl.pack.plan import imbalance
 from vlrl.pack.planner import MicroBatchPlanner
 
-SIZES = {"small": 4096, "full": 65536}
+SIZES = {"smoke": 1024, "small": 4096, "full": 65536}
 
 
 def draw_lengths(n: int, seed: int) -> np.ndarray:

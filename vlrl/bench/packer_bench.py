@@ -36,7 +36,7 @@ CHUNK_ROWS = 256
 percent of a 64k-token micro-batch's window at CP=4, large enough to keep objects per row few."""
 MICRO_BATCH_TOKENS = 65536
 PACKED = fields_for({"policy_gradient"})
-ROWS = {"small": 32, "full": 256}
+ROWS = {"smoke": 16, "small": 32, "full": 256}
 
 
 def draw_lengths(n: int, seed: int) -> np.ndarray:

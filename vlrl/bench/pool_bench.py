@@ -2,9 +2,9 @@
 blocking on the event loop.
 
 Workload: N concurrent episodes of a harness whose every step does blocking I/O (a sleep of a
-lognormal latency, median 30 ms, as a browser or a remote desktop would) and CPU work
-(PNG-encoding its screenshot); each episode takes 15 to 50 steps (``--size small``: 15 to 30),
-drawn from its seed. Runs:
+lognormal latency, median 30 ms, as a browser or a remote desktop would; ``smoke``: 100 ms) and CPU work
+(PNG-encoding its screenshot); each episode takes 15 to 50 steps, drawn from its seed
+(``--size small``: 15 to 30; ``smoke``: 5 to 10, two repetitions). Runs:
 
 - (a) the pool with K hosts at N, and again at 8 x N;
 - (b) one Ray actor per rollout at N, the actors started and ready before the timer (their
@@ -40,21 +40,23 @@ from vlrl.mm import encode_image
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode
 
 SIZES = {
-    "small": {"n": 24, "steps": (15, 30), "runs": 5, "sweep": (24, 48)},
-    "full": {"n": 48, "steps": (15, 50), "runs": 5, "sweep": (24, 48, 96, 192, 384)},
+    "smoke": {"n": 24, "steps": (5, 10), "io_median_s": 0.1, "runs": 2, "sweep": (24, 32)},
+    "small": {"n": 24, "steps": (15, 30), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48)},
+    "full": {"n": 48, "steps": (15, 50), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48, 96, 192, 384)},
 }
-IO_MEDIAN_S = 0.03
 SCREEN = (240, 320)
 
 
 class WorkloadHarness(Harness):
     """Each step blocks on I/O for a lognormal latency and PNG-encodes a fresh screenshot (CPU);
-    an episode takes ``min_steps`` to ``max_steps`` steps, drawn from its seed."""
+    an episode takes ``min_steps`` to ``max_steps`` steps, drawn from its seed; the latency's
+    median is ``io_median_s``."""
 
     tasks = ("steps",)
 
-    def __init__(self, *, min_steps: int = 15, max_steps: int = 50) -> None:
+    def __init__(self, *, min_steps: int = 15, max_steps: int = 50, io_median_s: float = 0.03) -> None:
         self._steps = (min_steps, max_steps)
+        self._io_median_s = io_median_s
         self._left: int | None = None
         self._rng = np.random.default_rng(0)
 
@@ -69,7 +71,8 @@ class WorkloadHarness(Harness):
         if self._left is None:
             raise HarnessError("step before reset, or after the episode ended")
         action.check_bounds(SCREEN[1], SCREEN[0])
-        time.sleep(float(np.clip(self._rng.lognormal(np.log(IO_MEDIAN_S), 0.5), 0.005, 0.3)))
+        median = self._io_median_s
+        time.sleep(float(np.clip(self._rng.lognormal(np.log(median), 0.5), median / 6, median * 10)))
         self._left -= 1
         done = self._left == 0 or action.kind in ("done", "fail")
         success = self._left == 0
@@ -99,8 +102,8 @@ class RolloutActor:
     def ready(self) -> int:
         return os.getpid()
 
-    def run(self, seed: int, steps: tuple[int, int]) -> tuple[float, int]:
-        harness = WorkloadHarness(min_steps=steps[0], max_steps=steps[1])
+    def run(self, seed: int, workload: dict[str, Any]) -> tuple[float, int]:
+        harness = WorkloadHarness(**workload)
         harness.reset(seed=seed)
         reward, done = 0.0, False
         while not done:
@@ -166,7 +169,7 @@ def ray_processes() -> dict[str, float]:
     return {"gcs_fds": gcs_fds, "total_fds": total_fds, "rss_mb": rss / 1024, "processes": processes}
 
 
-def _run_pool(n: int, steps: tuple[int, int], total_hosts: int, on_threads: bool) -> dict[str, Any]:
+def _run_pool(n: int, workload: dict[str, Any], total_hosts: int, on_threads: bool) -> dict[str, Any]:
     env_host = HostConfig(max_tenants=max(64, n), threads=16, blocking_on_threads=on_threads)
     config = HarnessPool.Config(
         budget=HostBudget(total_hosts=total_hosts, shares={"loop": 1, "bench-workload": 1}),
@@ -176,8 +179,7 @@ def _run_pool(n: int, steps: tuple[int, int], total_hosts: int, on_threads: bool
     with RaySampler() as sampler:
         pool = config.build()
         started = time.perf_counter()
-        settings = {"min_steps": steps[0], "max_steps": steps[1]}
-        jobs = [(ScriptedEpisode(seed=i), {"codebase": "bench-workload", "env_settings": settings}) for i in range(n)]
+        jobs = [(ScriptedEpisode(seed=i), {"codebase": "bench-workload", "env_settings": workload}) for i in range(n)]
         outcomes = asyncio.run(pool.run_many(jobs))
         elapsed = time.perf_counter() - started
         hosts = pool.loop.hosts() + [h for env in pool.envs.values() for h in env.hosts()]
@@ -196,14 +198,14 @@ def _run_pool(n: int, steps: tuple[int, int], total_hosts: int, on_threads: bool
     }
 
 
-def _run_per_rollout(n: int, steps: tuple[int, int]) -> dict[str, Any]:
+def _run_per_rollout(n: int, workload: dict[str, Any]) -> dict[str, Any]:
     with RaySampler() as sampler:
         started = time.perf_counter()
         actors = [RolloutActor.remote() for _ in range(n)]
         pids = ray.get([actor.ready.remote() for actor in actors])
         startup = time.perf_counter() - started
         started = time.perf_counter()
-        ray.get([actor.run.remote(seed, steps) for seed, actor in enumerate(actors)])
+        ray.get([actor.run.remote(seed, workload) for seed, actor in enumerate(actors)])
         elapsed = time.perf_counter() - started
         for actor in actors:
             ray.kill(actor)
@@ -218,14 +220,14 @@ def _run_per_rollout(n: int, steps: tuple[int, int]) -> dict[str, Any]:
     }
 
 
-def _run_actor_pool(n: int, steps: tuple[int, int], actors: int) -> dict[str, Any]:
+def _run_actor_pool(n: int, workload: dict[str, Any], actors: int) -> dict[str, Any]:
     from ray.util import ActorPool
 
     with RaySampler() as sampler:
         workers = [RolloutActor.remote() for _ in range(actors)]
         pids = ray.get([worker.ready.remote() for worker in workers])
         started = time.perf_counter()
-        list(ActorPool(workers).map_unordered(lambda worker, seed: worker.run.remote(seed, steps), range(n)))
+        list(ActorPool(workers).map_unordered(lambda worker, seed: worker.run.remote(seed, workload), range(n)))
         elapsed = time.perf_counter() - started
         for worker in workers:
             ray.kill(worker)
@@ -239,12 +241,13 @@ def _run_actor_pool(n: int, steps: tuple[int, int], actors: int) -> dict[str, An
     }
 
 
-def _sweep(points: tuple[int, ...], steps: tuple[int, int]) -> list[dict[str, Any]]:
-    """One actor per rollout at each N, until a start fails (the failure is the last point)."""
+def _sweep(points: tuple[int, ...], workload: dict[str, Any], measured: dict[int, dict]) -> list[dict[str, Any]]:
+    """One actor per rollout at each N, until a start fails (the failure is the last point); an N
+    already ``measured`` (the timed runs) is reported from its first run, not run again."""
     out = []
     for n in points:
         try:
-            point = _run_per_rollout(n, steps)
+            point = measured[n] if n in measured else _run_per_rollout(n, workload)
         except Exception as error:  # the machine's limit: fds, memory or the GCS
             out.append({"episodes": n, "failed": f"{type(error).__name__}: {error}"[:300]})
             break
@@ -255,6 +258,7 @@ def _sweep(points: tuple[int, ...], steps: tuple[int, int]) -> list[dict[str, An
 
 def run(size: str) -> dict[str, Any]:
     n, steps, runs = SIZES[size]["n"], SIZES[size]["steps"], SIZES[size]["runs"]
+    workload = {"min_steps": steps[0], "max_steps": steps[1], "io_median_s": SIZES[size]["io_median_s"]}
     hosts = 4
     started_ray = not ray.is_initialized()
     if started_ray:
@@ -262,18 +266,18 @@ def run(size: str) -> dict[str, Any]:
     try:
         idle = ray_processes()
         schemes = {
-            "pool": lambda: _run_pool(n, steps, total_hosts=hosts, on_threads=True),
-            "per_rollout": lambda: _run_per_rollout(n, steps),
-            "actor_pool": lambda: _run_actor_pool(n, steps, actors=hosts),
+            "pool": lambda: _run_pool(n, workload, total_hosts=hosts, on_threads=True),
+            "per_rollout": lambda: _run_per_rollout(n, workload),
+            "actor_pool": lambda: _run_actor_pool(n, workload, actors=hosts),
         }
         measured: dict[str, list[dict]] = {name: [] for name in schemes}
         for rep in range(runs):
             names = list(schemes)
             for name in names[rep % len(names) :] + names[: rep % len(names)]:
                 measured[name].append(schemes[name]())
-        pool_8x = _run_pool(8 * n, steps, total_hosts=hosts, on_threads=True)
-        on_loop = _run_pool(n, steps, total_hosts=hosts, on_threads=False)
-        sweep = _sweep(SIZES[size]["sweep"], steps)
+        pool_8x = _run_pool(8 * n, workload, total_hosts=hosts, on_threads=True)
+        on_loop = _run_pool(n, workload, total_hosts=hosts, on_threads=False)
+        sweep = _sweep(SIZES[size]["sweep"], workload, {n: measured["per_rollout"][0]})
     finally:
         if started_ray:
             ray.shutdown()
@@ -281,7 +285,9 @@ def run(size: str) -> dict[str, Any]:
     with_startup = spread([n / (r["startup_s"] + n / r["episodes_per_s"]) for r in measured["per_rollout"]])
     pool, per_rollout, actor_pool = (measured[name][0] for name in schemes)
     return {
-        "workload": {"episodes": n, "steps": list(steps), "io_median_s": IO_MEDIAN_S, "screen": f"{SCREEN[1]}x{SCREEN[0]}"},
+        "workload": {
+            "episodes": n, "steps": list(steps), "io_median_s": workload["io_median_s"], "screen": f"{SCREEN[1]}x{SCREEN[0]}"
+        },
         "idle_gcs_fds": idle["gcs_fds"],
         "pool": {**pool, "episodes_per_s": rate["pool"]},
         "pool_8x": pool_8x,

@@ -19,9 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="end the output with one line of JSON")
     parser.add_argument(
         "--size",
-        choices=["small", "full"],
+        choices=["smoke", "small", "full"],
         default="small",
-        help="small fits a 2-core machine in a few minutes; full uses larger batches and longer sweeps",
+        help="small fits a 2-core machine in a few minutes; full uses larger batches and longer sweeps;"
+        " smoke checks that a benchmark runs here, on its smallest workload (its figures are too noisy to quote)",
     )
 
 

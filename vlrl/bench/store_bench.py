@@ -25,7 +25,7 @@ from vlrl.records import LOGPROBS, LOSS_MASK, PIXELS, TOKEN_IDS
 TOKENS = 4096
 SCREENSHOTS = 15
 HEIGHT, WIDTH = 720, 1280
-ROWS = {"small": 4, "full": 16}
+ROWS = {"smoke": 2, "small": 4, "full": 16}
 
 
 def make_row(seed: int) -> dict[str, np.ndarray]:

@@ -43,6 +43,7 @@ import numpy as np
 from vlrl.bench.spread import spread
 
 SIZES = {
+    "smoke": {"browser": (640, 480, 4), "desktop": (640, 480, 6)},
     "small": {"browser": (640, 480, 8), "desktop": (640, 480, 12)},
     "full": {"browser": (1280, 720, 15), "desktop": (1920, 1080, 50)},
 }

@@ -111,6 +111,12 @@ class Size:
 
 
 SIZES = {
+    "smoke": Size(
+        ((1, 1, 1), (2, 1, 1), (1, 1, 2)),
+        steps=1,
+        workload=WorkloadSpec(groups=2, members=2, max_turns=2, micro_batch_tokens=512),
+        model=ModelSpec(intermediate=256, layers=1),
+    ),
     "small": Size(
         ((1, 1, 1), (2, 1, 1), (1, 1, 2)),
         steps=2,

@@ -25,7 +25,7 @@ import psutil
 
 from vlrl.bench.spread import spread
 
-EPISODES = {"small": 2, "full": 8}
+EPISODES = {"smoke": 1, "small": 2, "full": 8}
 SCREEN = (1280, 720)
 
 

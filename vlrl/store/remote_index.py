@@ -39,7 +39,7 @@ INLINE_BYTES = 4096
 a Ray object costs a round trip to its owner to read, more than the bytes themselves."""
 
 
-@ray.remote(num_cpus=0, max_concurrency=8, max_restarts=-1)
+@ray.remote(num_cpus=0, max_concurrency=8, max_restarts=-1, concurrency_groups={"siblings": 1})
 class StoreShard:
     """Index of one key shard, and owner of the payload objects ``write`` receives."""
 
@@ -47,11 +47,22 @@ class StoreShard:
         successor = ray.get_runtime_context().was_current_actor_reconstructed
         self._keys = KeyIndex(successor=successor)
         self._lock = threading.Lock()
-        if successor:
+        self._ready = threading.Event()
+        if successor:  # on a thread: shards restarting together ask each other
+            args = (position, names, timeout_s)
+            threading.Thread(target=self._drop_held_for_lost_keys, args=args, daemon=True).start()
+        else:
+            self._ready.set()
+
+    def _drop_held_for_lost_keys(self, position: int, names: list[str], timeout_s: float) -> None:
+        try:
             _drop_held_for_lost_keys(position, names, timeout_s)
+        finally:
+            self._ready.set()
 
     def call(self, method: str, args: tuple, kwargs: dict) -> tuple[bool, Any]:
         # Store errors travel back as values so that the caller re-raises the original type.
+        self._ready.wait()
         try:
             with self._lock:
                 return True, getattr(self._keys, method)(*args, **kwargs)
@@ -60,8 +71,10 @@ class StoreShard:
         except StoreError as error:
             return False, error
 
+    @ray.method(concurrency_group="siblings")
     def drop_held_for(self, position: int, shards: int) -> int:
-        """``KeyIndex.drop_held_for``, for a restarted sibling: the keys it deletes (tile packs) are
+        """``KeyIndex.drop_held_for``, for a restarted sibling (in a group of its own, so that it is
+        served while calls wait for this shard's own drop): the keys it deletes (tile packs) are
         payloads this actor owns, freed as their handles go; returns how many went."""
         with self._lock:
             return len(self._keys.drop_held_for(position, shards))
@@ -86,10 +99,10 @@ class StoreShard:
 
 
 def _drop_held_for_lost_keys(position: int, names: list[str], timeout_s: float) -> None:
-    """Have every other shard drop the references held for the keys shard ``position`` lost. Runs
+    """Have every other shard drop the references held for the keys shard ``position`` lost. Done
     before this successor serves a call, so a writer whose key lands here afterwards finds its
     earlier references dropped (and fails) rather than kept for nobody. A shard that does not
-    answer in ``timeout_s`` is restarting itself: it lost its references too."""
+    answer in ``timeout_s`` is dead or restarting (then it lost its references too): skipped."""
     calls = []
     for name in names[:position] + names[position + 1 :]:
         try:
