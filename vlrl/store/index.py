@@ -198,7 +198,8 @@ class KeyIndex:
         its stored fields, for the backend to free."""
         refs = [ref for ref in self._taken_by(writers) if ref not in self._held_for]
         out = [(key, row) for (key, _), row in zip(refs, self._release(refs)) if row is not None]
-        keys = [key for key, writer in self._writer_of.items() if writer in set(writers)]
+        wanted = set(writers)
+        keys = [key for key, writer in self._writer_of.items() if writer in wanted]
         return out + [(key, self._drop(key)) for key in keys]
 
     def held_for_refs(self, writers: list[str]) -> list[tuple[str, str, str]]:

@@ -13,8 +13,8 @@ does not know with ``ShardLostError`` (the key may have been lost with its prede
 skips releases of references it never held, so the driver fails exactly the groups whose
 payloads are gone while the run goes on. Before it serves anything, a successor has every other
 shard drop the references held for the keys it lost (an image's references to its tile packs,
-which would otherwise outlive it: ``KeyIndex.drop_held_for``). Every call waits at most ``timeout_s``
-(``StoreTimeoutError``), so a stuck or restarting shard never hangs its callers.
+which would otherwise outlive it: ``KeyIndex.drop_held_for``). Every call waits at most
+``timeout_s`` (``StoreTimeoutError``), so a stuck or restarting shard never hangs its callers.
 """
 
 from __future__ import annotations
@@ -55,8 +55,21 @@ class StoreShard:
             self._ready.set()
 
     def _drop_held_for_lost_keys(self, position: int, names: list[str], timeout_s: float) -> None:
+        """Have every other shard drop the references held for the keys this shard lost, then
+        serve: a writer whose key lands here afterwards finds its earlier references dropped (and
+        fails) rather than kept for nobody. A shard that does not answer in ``timeout_s`` is dead
+        or restarting (then it lost its references too): skipped."""
         try:
-            _drop_held_for_lost_keys(position, names, timeout_s)
+            calls = []
+            for name in names[:position] + names[position + 1 :]:
+                try:
+                    shard = ray.get_actor(name, namespace=RAY_NAMESPACE)
+                except ValueError:  # killed for good: nothing of it to drop
+                    continue
+                calls.append(shard.drop_held_for.remote(position, len(names)))
+            for call in calls:
+                with contextlib.suppress(GetTimeoutError, RayActorError):
+                    ray.get(call, timeout=timeout_s)
         finally:
             self._ready.set()
 
@@ -96,23 +109,6 @@ class StoreShard:
             self.call("abort", (key, list(specs)), {})
             raise
         return self.call("commit", (key, refs), {})
-
-
-def _drop_held_for_lost_keys(position: int, names: list[str], timeout_s: float) -> None:
-    """Have every other shard drop the references held for the keys shard ``position`` lost. Done
-    before this successor serves a call, so a writer whose key lands here afterwards finds its
-    earlier references dropped (and fails) rather than kept for nobody. A shard that does not
-    answer in ``timeout_s`` is dead or restarting (then it lost its references too): skipped."""
-    calls = []
-    for name in names[:position] + names[position + 1 :]:
-        try:
-            shard = ray.get_actor(name, namespace=RAY_NAMESPACE)
-        except ValueError:  # killed for good: nothing of it to drop
-            continue
-        calls.append(shard.drop_held_for.remote(position, len(names)))
-    for call in calls:
-        with contextlib.suppress(GetTimeoutError, RayActorError):
-            ray.get(call, timeout=timeout_s)
 
 
 class ShardedIndex:
