@@ -2,7 +2,15 @@
 
 
 def run(size: str) -> dict:
-    return {"imbalance_planner": 1.01, "imbalance_kk": 1.2, "nested": {"cp_fetch_ratio_cp2": 0.5}, "size_seen": size}
+    regimes = [{"dp": 8, "sequences_per_rank": k, "imbalance_planner": 1 + 1 / k, "imbalance_kk": 1 + 2 / k} for k in (2, 4)]
+    return {
+        "imbalance_planner": 1.01,
+        "imbalance_kk": 1.2,
+        "lockstep_imbalance": {"min": 1.1, "median": 1.3, "max": 1.6, "runs": 3},
+        "nested": {"cp_fetch_ratio_cp2": 0.5},
+        "regimes": regimes,
+        "size_seen": size,
+    }
 
 
 def broken(size: str) -> dict:

@@ -19,19 +19,31 @@ class _Broken(Benchmark):
         return importlib.import_module(self.module).broken
 
 
-def test_all_runs_every_benchmark_and_tabulates_headlines(monkeypatch, capsys):
+def test_all_runs_every_benchmark_tabulates_headlines_and_writes_one_report(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(runner, "BENCHMARKS", {
         "pack": Benchmark("pack", "planner", "tests.bench.fake_benches"),
         "store": _Broken("store", "store", "tests.bench.fake_benches"),
     })  # fmt: skip
-    code = runner.run(argparse.Namespace(name="all", list=False, json=True, size="small"))
+    code = runner.run(argparse.Namespace(name="all", list=False, json=True, size="small", report=str(tmp_path)))
     out = capsys.readouterr().out
     assert code == 1  # one benchmark failed
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["failed"] == {"store": "RuntimeError: no room on this machine"}
-    assert summary["summary"] == {"pack.imbalance_planner": 1.01, "pack.imbalance_kk": 1.2}
+    lockstep = {"min": 1.1, "median": 1.3, "max": 1.6, "runs": 3}
+    assert summary["summary"] == {
+        "pack.imbalance_planner": 1.01, "pack.imbalance_kk": 1.2, "pack.lockstep_imbalance": lockstep
+    }  # fmt: skip
     assert summary["results"]["pack"]["size_seen"] == "small"
     assert re.search(r"pack\s+imbalance_planner\s+1.01\s+costliest DP rank", out)
+    assert re.search(r"pack\s+lockstep_imbalance\s+1.3 \(1.1-1.6\)", out)  # a timing spread as median (min-max)
+    # The report: the same JSON, the table in Markdown, and the regime curve plotted.
+    assert json.loads((tmp_path / "report.json").read_text()) == summary
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| pack | `imbalance_kk` | 1.2 | the same for plain Karmarkar-Karp |" in markdown
+    assert "- `store`: RuntimeError: no room on this machine" in markdown
+    assert "![costliest DP rank / mean at DP 8](plots/pack_regimes_dp8.png)" in markdown
+    png = (tmp_path / "plots" / "pack_regimes_dp8.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
 
 
 def _sources(module: str) -> str:

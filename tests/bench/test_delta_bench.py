@@ -9,6 +9,7 @@ import itertools
 import pytest
 
 from vlrl.bench import delta_bench
+from vlrl.bench.curves import curves_of
 from vlrl.bench.delta_http import measure_http, screenshots
 from vlrl.mm import encode_image
 
@@ -27,6 +28,10 @@ def test_the_server_counts_each_screenshot_once_under_delta_and_the_whole_histor
     assert t["wire_bytes_full"] - t["wire_bytes_delta"] >= 4 / 3 * (t["image_bytes_full"] - t["image_bytes_delta"])
     one = figures["T1"]  # one turn: both schemes send the same single image
     assert one["image_bytes_full"] == one["image_bytes_delta"] == png[0]
+    # The report plots bytes over turns, one line per scheme (as `vlrl bench delta` nests the figures).
+    (wire, speedup) = curves_of("delta", {"http": {"screen": "640x480", **figures}})
+    assert wire.series == {s: [(1, one[f"wire_bytes_{s}"]), (turns, t[f"wire_bytes_{s}"])] for s in ("full", "delta")}
+    assert speedup.series == {"full / delta": [(turns, t["rollout_speedup"])]}  # only T4 was timed
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.bench.run_bench import run_bench
+from vlrl.bench.curves import curves_of
 
 
 @pytest.mark.slow
@@ -25,3 +26,7 @@ def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_the_baselines_me
     assert [point["episodes"] for point in sweep] == [24, 32]
     assert all(point["actors"] == point["episodes"] for point in sweep)
     assert sweep[1]["gcs_fds"] > sweep[0]["gcs_fds"]  # one descriptor (or more) per actor
+    # The report plots the sweep: each curve has a point per N.
+    curves = {curve.name: curve for curve in curves_of("pool", result)}
+    assert curves["sweep_gcs_fds"].series["one actor per rollout"] == [(24, sweep[0]["gcs_fds"]), (32, sweep[1]["gcs_fds"])]
+    assert {"sweep_throughput", "sweep_rss_mb"} <= curves.keys()

@@ -1,4 +1,5 @@
-"""``vlrl bench``: run one benchmark, print its figures, and with ``--json`` end on one JSON line."""
+"""``vlrl bench``: run one benchmark, print its figures, and with ``--json`` end on one JSON line;
+``vlrl bench all`` runs every one and writes one report (``vlrl.bench.report``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import time
 
 from vlrl.bench.registry import BENCHMARKS
+from vlrl.bench.report import write_report
 from vlrl.bench.summary import headline_rows, table
 
 
@@ -23,6 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="small",
         help="small fits a 2-core machine in a few minutes; full uses larger batches and longer sweeps;"
         " smoke checks that a benchmark runs here, on its smallest workload (its figures are too noisy to quote)",
+    )
+    parser.add_argument(
+        "--report",
+        metavar="DIR",
+        help="folder of the report that 'all' writes: report.json, report.md and plots/ (default runs/bench/SIZE)",
     )
 
 
@@ -61,10 +68,14 @@ def run_all(args: argparse.Namespace) -> int:
         rows += headline_rows(name, results[name])
     print()
     print(table(rows))
+    summary = {f"{name}.{key}": value for name, key, value, _ in rows}
+    report = {"benchmark": "all", "size": args.size, "summary": summary, "failed": failed, "results": results,
+              "wall_s": round(time.perf_counter() - started, 2)}  # fmt: skip
+    folder = args.report or f"runs/bench/{args.size}"
+    written = write_report(folder, report, rows)
+    print(f"\nreport: {written[1]} ({len(written) - 2} plots)", flush=True)
     if args.json:
-        summary = {f"{name}.{key}": value for name, key, value, _ in rows}
-        print(json.dumps({"benchmark": "all", "size": args.size, "summary": summary, "failed": failed,
-                          "results": results, "wall_s": round(time.perf_counter() - started, 2)}))  # fmt: skip
+        print(json.dumps(report))
     return 1 if failed else 0
 
 

@@ -5,7 +5,8 @@ at 1280x720 (about 41 MB, almost all pixels). Rows are written by the driver and
 separate reader actor (for the distributed backends), as a packer or an encoder rank would.
 
 Figures per backend:
-- ``put_mb_s`` / ``get_mb_s``: payload throughput of whole-row writes and reads;
+- ``put_mb_s`` / ``get_mb_s``: payload throughput of whole-row writes and reads, ``{min, median,
+  max}`` over ``REPS`` rounds (backends rotated within each, after one untimed warm-up round);
 - ``projection_ratio``: bytes moved by reading one field (logprobs) / bytes of a full-row read;
 - ``range_ratio``: bytes moved by reading a quarter of the tokens of one field / a full-row read;
 - ``range_over_field``: the same range read / reading that whole field (chunking overhead:
@@ -16,16 +17,19 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from vlrl.bench.spread import spread
 from vlrl.records import LOGPROBS, LOSS_MASK, PIXELS, TOKEN_IDS
 
 TOKENS = 4096
 SCREENSHOTS = 15
 HEIGHT, WIDTH = 720, 1280
 ROWS = {"smoke": 2, "small": 4, "full": 16}
+REPS = {"smoke": 2, "small": 5, "full": 5}
 
 
 def make_row(seed: int) -> dict[str, np.ndarray]:
@@ -63,7 +67,8 @@ def measure_reads(store: Any, keys: list[str]) -> dict[str, float]:
     }
 
 
-def _bench_backend(name: str, store: Any, rows: list[dict[str, np.ndarray]], reader: Any) -> dict[str, float]:
+def _round(store: Any, rows: list[dict[str, np.ndarray]], reader: Callable | None) -> dict[str, float]:
+    """One timed round: write every row, read them back (``reader``: from another actor), delete."""
     keys = [f"bench/{uuid.uuid4().hex[:8]}/{i}" for i in range(len(rows))]
     started = time.perf_counter()
     for key, row in zip(keys, rows):
@@ -72,8 +77,13 @@ def _bench_backend(name: str, store: Any, rows: list[dict[str, np.ndarray]], rea
     written = sum(a.nbytes for row in rows for a in row.values())
     reads = measure_reads(store, keys) if reader is None else reader(store, keys)
     store.delete(keys)
-    figures = {"put_mb_s": written / put_s / 1e6, "put_rows_s": len(rows) / put_s, **reads}
-    return {k: round(v, 6) if isinstance(v, float) else v for k, v in figures.items()}
+    return {"put_mb_s": written / put_s / 1e6, "put_rows_s": len(rows) / put_s, **reads}
+
+
+def _figures(rounds: list[dict[str, float]]) -> dict[str, Any]:
+    """Throughputs as spreads over the rounds; the byte ratios (the same every round) from the last."""
+    timed = ("put_mb_s", "put_rows_s", "get_mb_s", "get_rows_s")
+    return {**{k: v for k, v in rounds[-1].items() if k not in timed}, **{k: spread([r[k] for r in rounds]) for k in timed}}
 
 
 def run(size: str) -> dict[str, Any]:
@@ -105,7 +115,13 @@ def run(size: str) -> dict[str, Any]:
         "transferqueue": (TransferQueueStore.Config(partition=f"bench-{tag}").build(), remote_reader),
     }
     try:
-        results = {name: _bench_backend(name, store, rows, reader) for name, (store, reader) in backends.items()}
+        rounds: dict[str, list[dict[str, float]]] = {name: [] for name in backends}
+        names = list(backends)
+        for rep in range(REPS[size] + 1):  # round 0 warms up every backend and is not reported
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:
+                store, reader = backends[name]
+                rounds[name].append(_round(store, rows, reader))
+        results = {name: _figures(measured[1:]) for name, measured in rounds.items()}
     finally:
         for name, (store, _) in backends.items():
             if name != "local":
@@ -113,7 +129,7 @@ def run(size: str) -> dict[str, Any]:
         if started_ray:
             ray.shutdown()
     return {
-        "row": {"tokens": TOKENS, "screenshots": SCREENSHOTS, "resolution": f"{WIDTH}x{HEIGHT}", "rows": len(rows)},
+        "row": {"tokens": TOKENS, "screenshots": SCREENSHOTS, "resolution": f"{WIDTH}x{HEIGHT}", "rows": len(rows), "rounds": REPS[size]},
         "backends": results,
         "projection_ratio": max(r["projection_ratio"] for r in results.values()),
         "range_ratio": max(r["range_ratio"] for r in results.values()),

@@ -71,12 +71,17 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
+def is_spread(value: Any) -> bool:
+    """A repeated timing as ``spread`` reports it: ``{min, median, max, ...}``."""
+    return isinstance(value, Mapping) and {"min", "median", "max"} <= value.keys()
+
+
 def flatten(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested figures as ``{"a.b.c": value}``."""
+    """Nested figures as ``{"a.b.c": value}``; a spread stays one figure."""
     out: dict[str, Any] = {}
     for key, value in result.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and not is_spread(value):
             out.update(flatten(value, name + "."))
         else:
             out[name] = value
@@ -89,15 +94,29 @@ def headline_rows(name: str, result: Mapping[str, Any]) -> list[tuple[str, str, 
     rows = []
     for pattern, meaning in HEADLINES.get(name, ()):
         for key in sorted(k for k in flat if fnmatch.fnmatchcase(k, pattern)):
-            if isinstance(flat[key], (int, float)):
-                rows.append((name, key, flat[key], meaning))
+            value = flat[key]
+            if is_spread(value) or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+                rows.append((name, key, value, meaning))
     return rows
+
+
+def shown(value: Any) -> str:
+    """A figure for a table: a spread as ``median (min-max)``, a float to 4 significant digits."""
+    if is_spread(value):
+        return f"{shown(value['median'])} ({shown(value['min'])}-{shown(value['max'])})"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def table(rows: list[tuple[str, str, Any, str]]) -> str:
     """A fixed-width table of headline rows."""
     lines = [f"{'benchmark':<10} {'figure':<40} {'value':>10}  against", "-" * 100]
     for name, key, value, meaning in rows:
-        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
-        lines.append(f"{name:<10} {key:<40} {shown:>10}  {meaning}")
+        lines.append(f"{name:<10} {key:<40} {shown(value):>10}  {meaning}")
+    return "\n".join(lines)
+
+
+def markdown_table(rows: list[tuple[str, str, Any, str]]) -> str:
+    """The headline rows as a Markdown table."""
+    lines = ["| benchmark | figure | value | against |", "| --- | --- | --- | --- |"]
+    lines += [f"| {name} | `{key}` | {shown(value)} | {meaning} |" for name, key, value, meaning in rows]
     return "\n".join(lines)

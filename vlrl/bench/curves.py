@@ -1,0 +1,106 @@
+"""The scaling curves of benchmark results: what ``vlrl bench all`` plots.
+
+A benchmark's result holds its curves as data (a sweep over N, a figure per turn count, a
+regime grid); ``CURVES`` names, per benchmark, a function that reads them back as ``Curve``
+records, so the report plots every one without knowing how each benchmark nests its figures.
+A result that lacks a curve's data (an older or failed run) yields no curve, never an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+Points = list[tuple[float, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Curve:
+    """One plot: a line per series over a shared x axis."""
+
+    benchmark: str
+    name: str
+    """File-safe name, unique within its benchmark."""
+    title: str
+    x_label: str
+    y_label: str
+    series: dict[str, Points] = field(default_factory=dict)
+    log_x: bool = False
+    log_y: bool = False
+
+
+def _number(value: Any) -> float | None:
+    """A figure as a float: a ``spread`` dict gives its median; anything else non-numeric gives None."""
+    if isinstance(value, Mapping) and "median" in value:
+        value = value["median"]
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _points(rows: list[Mapping[str, Any]], x: str, y: str) -> Points:
+    """``(row[x], row[y])`` of the rows that have both as numbers."""
+    pairs = ((_number(row.get(x)), _number(row.get(y))) for row in rows)
+    return [(a, b) for a, b in pairs if a is not None and b is not None]
+
+
+def _present(curve: Curve) -> Iterator[Curve]:
+    """``curve`` if any series has a point (series without points are dropped)."""
+    kept = {name: points for name, points in curve.series.items() if points}
+    if kept:
+        yield replace(curve, series=kept)
+
+
+def pool_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
+    sweep = [p for p in result.get("sweep", []) if "failed" not in p]
+    for y, label in (("throughput", "episodes/s"), ("rss_mb", "RSS of Ray processes (MB)"), ("gcs_fds", "GCS fds")):
+        yield from _present(Curve(
+            "pool", f"sweep_{y}", f"one actor per rollout: {label} vs concurrent episodes", "concurrent episodes",
+            label, {"one actor per rollout": _points(sweep, "episodes", y)},
+        ))  # fmt: skip
+
+
+def delta_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
+    for key, figures in result.items():
+        if not (key == "http" or key.startswith("http_")) or not isinstance(figures, Mapping):
+            continue
+        screen = figures.get("screen", key.removeprefix("http_"))
+        turns = sorted(
+            (int(match.group(1)), value)
+            for name, value in figures.items()
+            if (match := re.fullmatch(r"T(\d+)", name)) and isinstance(value, Mapping)
+        )
+        rows = [{"turns": t, **value} for t, value in turns]
+        yield from _present(Curve(
+            "delta", f"wire_bytes_{screen}", f"HTTP body bytes to vlrl serve per conversation, {screen}", "turns",
+            "bytes", {scheme: _points(rows, "turns", f"wire_bytes_{scheme}") for scheme in ("full", "delta")},
+            log_y=True,
+        ))  # fmt: skip
+        yield from _present(Curve(
+            "delta", f"rollout_speedup_{screen}", f"conversation wall time, full resend / delta, {screen}", "turns",
+            "speedup", {"full / delta": _points(rows, "turns", "rollout_speedup")},
+        ))  # fmt: skip
+
+
+def pack_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
+    regimes = result.get("regimes", [])
+    for dp in sorted({row["dp"] for row in regimes if "dp" in row}):
+        rows = [row for row in regimes if row.get("dp") == dp]
+        names = [key for key in rows[0] if key.startswith("imbalance_") or key == "lockstep_imbalance"]
+        yield from _present(Curve(
+            "pack", f"regimes_dp{dp}", f"costliest DP rank / mean at DP {dp}", "sequences per rank", "imbalance",
+            {name.removeprefix("imbalance_"): _points(rows, "sequences_per_rank", name) for name in names}, log_x=True,
+        ))  # fmt: skip
+
+
+CURVES: dict[str, Callable[[Mapping[str, Any]], Iterator[Curve]]] = {
+    "pool": pool_curves,
+    "delta": delta_curves,
+    "pack": pack_curves,
+}
+
+
+def curves_of(name: str, result: Mapping[str, Any]) -> list[Curve]:
+    """Every curve benchmark ``name``'s ``result`` holds."""
+    reader = CURVES.get(name)
+    return list(reader(result)) if reader else []
