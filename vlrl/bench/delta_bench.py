@@ -21,12 +21,14 @@ figures above are the accounting; the HTTP ones are the measurement.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import tempfile
 import time
 from typing import Any
 
 import numpy as np
 
+from vlrl.bench.spread import spread
 from vlrl.mm import content_hash
 from vlrl.rollout.chat import ChatTurn
 from vlrl.rollout.client import ContextImage, InferenceClient
@@ -34,9 +36,9 @@ from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, Sa
 
 TURNS = {"smoke": (5, 15, 50), "small": (5, 15, 50), "full": (5, 15, 50, 100)}
 ROLLOUT = {
-    "smoke": {"turns": 6, "trajectories": 2},
-    "small": {"turns": 15, "trajectories": 4},
-    "full": {"turns": 30, "trajectories": 8},
+    "smoke": {"turns": 6, "trajectories": 2, "reps": 2},
+    "small": {"turns": 15, "trajectories": 4, "reps": 5},
+    "full": {"turns": 30, "trajectories": 8, "reps": 5},
 }
 SCREEN = (1280, 720)
 
@@ -105,8 +107,10 @@ def measure_bytes(turns: tuple[int, ...], images: list[ContextImage]) -> dict[st
     return out
 
 
-def measure_rollout(turns: int, trajectories: int, images: list[ContextImage]) -> dict[str, Any]:
-    """Wall time of the same multi-turn rollouts against the embedded engine, full vs delta."""
+def measure_rollout(turns: int, trajectories: int, images: list[ContextImage], reps: int) -> dict[str, Any]:
+    """Wall time of the same multi-turn rollouts against the embedded engine, full vs delta:
+    ``reps`` rounds, the schemes' order alternating, each run on a fresh engine (started outside
+    the timer, so no run finds another's images cached)."""
     import ray
     from transformers import AutoProcessor
 
@@ -116,27 +120,29 @@ def measure_rollout(turns: int, trajectories: int, images: list[ContextImage]) -
     from vlrl.rollout.engine import EmbeddedEngine
     from vlrl.rollout.ray_endpoint import RayEndpoint
 
+    schemes = ("full", "delta")
+    walls: dict[str, list[float]] = {scheme: [] for scheme in schemes}
+    received: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as folder:
         path = build_tiny("qwen2_vl", folder)
         processor = AutoProcessor.from_pretrained(path)
         chat = ChatFormat(processor.tokenizer, patch_rule_of(processor), "gui-agent", "Answer with one action.")
-        results = {}
-        for scheme in ("full", "delta"):
-            engine = EmbeddedEngine.Config(cpus=0).build(model_path=str(path))
-            client = InferenceClient([RayEndpoint(engine, "engine")], InferenceClient.Config(image_shipping=scheme))
-            started = time.perf_counter()
-            asyncio.run(_rollouts(client, chat, images[:turns], trajectories))
-            elapsed = time.perf_counter() - started
-            received = ray.get(engine.stats.remote())["image_bytes_received"]
-            assert received == client.stats.image_bytes_sent, (received, client.stats.image_bytes_sent)
-            results[scheme] = {"wall_s": elapsed, "image_bytes": received}
-            ray.kill(engine)
+        for rep in range(reps):
+            for scheme in schemes if rep % 2 == 0 else schemes[::-1]:
+                engine = EmbeddedEngine.Config(cpus=0).build(model_path=str(path))
+                ray.get(engine.stats.remote())  # started and answering before the timer
+                client = InferenceClient([RayEndpoint(engine, "engine")], InferenceClient.Config(image_shipping=scheme))
+                started = time.perf_counter()
+                asyncio.run(_rollouts(client, chat, images[:turns], trajectories))
+                walls[scheme].append(time.perf_counter() - started)
+                received[scheme] = ray.get(engine.stats.remote())["image_bytes_received"]
+                assert received[scheme] == client.stats.image_bytes_sent, (received, client.stats.image_bytes_sent)
+                ray.kill(engine)
     return {
         "turns": turns,
         "trajectories": trajectories,
-        "full": results["full"],
-        "delta": results["delta"],
-        "rollout_speedup": results["full"]["wall_s"] / results["delta"]["wall_s"],
+        **{scheme: {"wall_s": spread(walls[scheme]), "image_bytes": received[scheme]} for scheme in schemes},
+        "rollout_speedup": statistics.median(walls["full"]) / statistics.median(walls["delta"]),
     }
 
 
@@ -167,7 +173,7 @@ def run(size: str) -> dict[str, Any]:
     if started_ray:
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=2 * 1024**3, log_to_driver=False)
     try:
-        rollout = measure_rollout(ROLLOUT[size]["turns"], ROLLOUT[size]["trajectories"], images)
+        rollout = measure_rollout(ROLLOUT[size]["turns"], ROLLOUT[size]["trajectories"], images, ROLLOUT[size]["reps"])
     finally:
         if started_ray:
             ray.shutdown()
