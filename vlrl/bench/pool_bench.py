@@ -15,8 +15,8 @@ lognormal latency, median 30 ms, as a browser or a remote desktop would; ``smoke
 - (e) ``sweep``: one actor per rollout at growing N, until the machine refuses or the largest N
   of the size, with actors, GCS descriptors, memory and throughput at each point.
 
-(a), (b) and (c) at N are repeated ``runs`` times in rotated order: episodes/s as min / median /
-max, ratios of medians. Figures: Ray actors and processes created, file descriptors held by the
+(a), (b), (c) and (d) at N are repeated ``runs`` times in rotated order: episodes/s as min /
+median / max, ratios of medians ((a) at 8 x N and the sweep are single runs, for their scale). Figures: Ray actors and processes created, file descriptors held by the
 GCS server and by all Ray processes (read from /proc, peak while running), peak memory of all Ray
 processes, episodes/s.
 """
@@ -269,6 +269,7 @@ def run(size: str) -> dict[str, Any]:
             "pool": lambda: _run_pool(n, workload, total_hosts=hosts, on_threads=True),
             "per_rollout": lambda: _run_per_rollout(n, workload),
             "actor_pool": lambda: _run_actor_pool(n, workload, actors=hosts),
+            "pool_on_loop": lambda: _run_pool(n, workload, total_hosts=hosts, on_threads=False),
         }
         measured: dict[str, list[dict]] = {name: [] for name in schemes}
         for rep in range(runs):
@@ -276,14 +277,13 @@ def run(size: str) -> dict[str, Any]:
             for name in names[rep % len(names) :] + names[: rep % len(names)]:
                 measured[name].append(schemes[name]())
         pool_8x = _run_pool(8 * n, workload, total_hosts=hosts, on_threads=True)
-        on_loop = _run_pool(n, workload, total_hosts=hosts, on_threads=False)
         sweep = _sweep(SIZES[size]["sweep"], workload, {n: measured["per_rollout"][0]})
     finally:
         if started_ray:
             ray.shutdown()
     rate = {name: spread([r["episodes_per_s"] for r in results]) for name, results in measured.items()}
     with_startup = spread([n / (r["startup_s"] + n / r["episodes_per_s"]) for r in measured["per_rollout"]])
-    pool, per_rollout, actor_pool = (measured[name][0] for name in schemes)
+    pool, per_rollout, actor_pool, on_loop = (measured[name][0] for name in schemes)
     return {
         "workload": {
             "episodes": n, "steps": list(steps), "io_median_s": workload["io_median_s"], "screen": f"{SCREEN[1]}x{SCREEN[0]}"
@@ -293,7 +293,7 @@ def run(size: str) -> dict[str, Any]:
         "pool_8x": pool_8x,
         "per_rollout": {**per_rollout, "episodes_per_s": rate["per_rollout"], "episodes_per_s_with_startup": with_startup},
         "actor_pool": {**actor_pool, "episodes_per_s": rate["actor_pool"]},
-        "pool_on_loop": on_loop,
+        "pool_on_loop": {**on_loop, "episodes_per_s": rate["pool_on_loop"]},
         "sweep": sweep,
         "actors_pool": pool["actors"],
         "actors_per_rollout": per_rollout["actors"],
@@ -304,5 +304,5 @@ def run(size: str) -> dict[str, Any]:
         "throughput_ratio": rate["pool"]["median"] / rate["per_rollout"]["median"],
         "throughput_ratio_with_startup": rate["pool"]["median"] / with_startup["median"],
         "throughput_ratio_vs_actor_pool": rate["pool"]["median"] / rate["actor_pool"]["median"],
-        "thread_offload_ratio": rate["pool"]["median"] / on_loop["episodes_per_s"],
+        "thread_offload_ratio": rate["pool"]["median"] / rate["pool_on_loop"]["median"],
     }
