@@ -43,6 +43,7 @@ echo "setup: installing ${TORCH_PINS[*]}"
 pip_install "${TORCH_PINS[@]}"
 echo "setup: installing vlrl[$EXTRAS]"
 pip_install -e ".[$EXTRAS]" "${TORCH_PINS[@]}"
+pip_install --no-deps verl==0.9.1  # vlrl bench pack's external Karmarkar-Karp; its imports are in the dev extras
 rm -f "$log"
 "$VENV/bin/python" -c "import torch, torchvision, ray, transformers, vlrl" \
   || { echo "setup: the environment does not import; see the pip output above" >&2; exit 1; }

@@ -15,7 +15,12 @@ Figures per CP size (summed over every TP group and micro-batch):
 - ``tp_copy_ratio``: node memory the shared windows hold (tmpfs blocks the segments allocated,
   whatever the number of ranks mapping them) / one private copy of the window per TP rank.
   Ideal 1/TP; target <= 1.1/TP.
-- ``pack_ms``: mean time to cut and publish one window.
+- ``pack_ms``: time to cut and publish one window, ``spread`` over every window.
+
+``tp_copy_pss`` measures the TP copy with real processes instead (``vlrl.bench.tp_copy_pss``): the
+costliest micro-batch's window at CP=1 (the largest a TP group holds), published once, held by TP
+child processes mapping the segment vs each holding a private copy; per TP size, the children's
+summed PSS, shared over private (ideal 1/TP).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from vlrl.bench import tp_copy_pss
+from vlrl.bench.spread import spread
 from vlrl.pack import Layout, MicroBatchPlanner, TPGroupPacker, shared
 from vlrl.records import ADVANTAGES, LOGPROBS, LOSS_MASK, TOKEN_IDS, SeqMeta, fields_for
 from vlrl.store import PayloadStore
@@ -91,7 +98,7 @@ def measure_layout(store: PayloadStore, metas: list[SeqMeta], layout: Layout) ->
         return store.io_stats().bytes_read - before, value
 
     window_bytes = whole_bytes = touched_bytes = shared_bytes = private_bytes = windows = 0
-    pack_s = 0.0
+    pack_ms = []
     for leader in range(0, layout.world_size, layout.tp):
         packer = config.build(
             store=store, layout=layout, plan=plan, metas=metas, group_ranks=layout.tp_group(leader), fields=PACKED
@@ -99,7 +106,7 @@ def measure_layout(store: PayloadStore, metas: list[SeqMeta], layout: Layout) ->
         for i, mb in enumerate(plan.ranks[packer.dp_rank]):
             started = time.perf_counter()
             fetched, published = moved(lambda: packer.publish(i))
-            pack_s += time.perf_counter() - started
+            pack_ms.append((time.perf_counter() - started) * 1e3)
             views = [published.attach() for _ in range(layout.tp)]  # every TP rank maps the one copy
             shared_bytes += os.stat(published.segment.path).st_blocks * 512
             private_bytes += layout.tp * sum(a.nbytes for a in views[0].arrays().values())
@@ -118,19 +125,49 @@ def measure_layout(store: PayloadStore, metas: list[SeqMeta], layout: Layout) ->
         "tp_copy_ratio": shared_bytes / private_bytes,
         "tp_copy_target": 1.1 / layout.tp,
         "window_mb": window_bytes / windows / 1e6,
-        "pack_ms": pack_s / windows * 1e3,
+        "pack_ms": spread(pack_ms),
     }
 
 
-def measure(
-    store: PayloadStore, n_rows: int, *, cps: tuple[int, ...] = (2, 4), dp: int = 2, tp: int = 2, seed: int = 0
+def measure_tp_pss(
+    store: PayloadStore, metas: list[SeqMeta], *, dp: int, tps: tuple[int, ...], rounds: int
 ) -> dict[str, Any]:
-    """Write ``n_rows`` trajectories to ``store``, measure each CP size, and delete them."""
+    """``tp_copy_pss.measure`` of DP rank 0's costliest window at CP=1, published by the real packer,
+    for each TP size in ``tps``."""
+    plan = MicroBatchPlanner.Config(max_tokens_per_micro_batch=MICRO_BATCH_TOKENS).build().plan(metas, dp)
+    out = {}
+    for tp in tps:
+        layout = Layout(dp, 1, tp)
+        packer = TPGroupPacker.Config().build(
+            store=store, layout=layout, plan=plan, metas=metas, group_ranks=layout.tp_group(0), fields=PACKED
+        )
+        published = packer.publish(0)  # micro-batches are costliest first
+        try:
+            out[f"tp{tp}"] = tp_copy_pss.measure(published, tp, rounds)
+        finally:
+            shared.unlink(published.segment)
+    return out
+
+
+def measure(
+    store: PayloadStore,
+    n_rows: int,
+    *,
+    cps: tuple[int, ...] = (2, 4),
+    dp: int = 2,
+    tp: int = 2,
+    pss_tps: tuple[int, ...] = (2, 4),
+    pss_rounds: int = 3,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Write ``n_rows`` trajectories to ``store``, measure each CP size and the TP copy's PSS at each
+    of ``pss_tps``, and delete them."""
     lengths = draw_lengths(n_rows, seed)
     metas = write_rows(store, lengths, seed)
     try:
         chunk_rows = store.schema(metas[0].key)[TOKEN_IDS].chunk_rows
         per_cp = {f"cp{cp}": measure_layout(store, metas, Layout(dp, cp, tp)) for cp in cps}
+        tp_pss = measure_tp_pss(store, metas, dp=dp, tps=pss_tps, rounds=pss_rounds)
     finally:
         store.delete([m.key for m in metas])
     meets = all(
@@ -138,7 +175,7 @@ def measure(
         for r in per_cp.values()
     )
     figures = {"rows": n_rows, "tokens": int(lengths.sum()), "micro_batch_tokens": MICRO_BATCH_TOKENS}
-    figures.update(chunk_rows=chunk_rows, dp=dp, tp=tp, **per_cp, meets_targets=meets)
+    figures.update(chunk_rows=chunk_rows, dp=dp, tp=tp, **per_cp, tp_copy_pss=tp_pss, meets_targets=meets)
     return _rounded(figures)
 
 

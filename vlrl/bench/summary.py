@@ -29,15 +29,20 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("http.T*rollout_speedup", "conversation wall time through vlrl serve, full resend / delta (median)"),
         ("delta_over_bound", "delta bytes / every image once (1.0 is exact)"),
     ),
-    "driver": (("driver_mem_ratio", "driver memory, gathering payloads / metadata only"),),
+    "driver": (
+        ("driver_mem_ratio", "driver RSS increase, metadata only / gathering (measured, largest common batch)"),
+        ("per_sequence_mb.*", "driver RSS per sequence held (gather: measured slope; metadata: upper bound)"),
+    ),
     "pack": (
         ("imbalance_planner", "costliest DP rank / mean (1.0 is perfect)"),
-        ("imbalance_kk", "the same for plain Karmarkar-Karp"),
+        ("imbalance_kk", "the same for plain Karmarkar-Karp (the planner's seed)"),
+        ("imbalance_external_kk", "the same for verl 0.9.1's Karmarkar-Karp (external code)"),
         ("imbalance_lower_bound", "the same, the best any partition can do"),
         ("lockstep_imbalance", "sum over micro-batches of the slowest rank / mean rank (what ranks wait on)"),
         ("exact.*over_optimum_max", "costliest rank / exhaustive optimum, worst of 40 small cases"),
         ("cp_fetch_ratio_cp*", "bytes fetched for a CP window / whole rows (ideal 1/CP)"),
-        ("tp_copy_ratio_cp*", "shared copy / one copy per TP rank (ideal 1/TP)"),
+        ("tp_copy_pss_ratio", "summed PSS of TP-rank processes mapping one window / each holding a copy (ideal 1/TP)"),
+        ("tp_copy_pss_tp", "TP ranks of that measurement"),
     ),
     "encode": (
         ("imbalance_planner", "encoder load max/mean, planner"),
