@@ -1,152 +1,123 @@
-"""``vlrl bench driver``: driver memory when it schedules on metadata vs gathering payloads.
+"""``vlrl bench driver``: driver memory when it schedules on metadata vs when it gathers payloads.
 
-Sequences are realistic multi-turn GUI trajectories: 4k tokens with logprobs and masks and 15
-screenshots at 1280x720. Runs, all measured with ``tracemalloc`` (the driver's Python heap, where
-a gathered batch lives):
+Sequences are multi-turn GUI trajectories: 4k tokens with logprobs and masks and 15 screenshots
+at 1280x720. The metadata driver (payloads in a ``RayStore``, the driver holds ``SeqMeta``) and
+the gathering driver (token columns plus processed float32 ``pixel_values``, 322 MiB a sequence,
+in the driver's process) are both measured, never extrapolated, at the same batch sizes B, each
+run in a fresh spawned process (``driver_runs``); the largest gathered batch stays under
+``CAP_BYTES`` so that it fits on this machine. The metadata driver is also run alone at a larger B.
 
-- **vlrl**: a Ray actor writes the payloads into the Ray store; the driver holds ``SeqMeta``
-  records (with their ``MMItemMeta``) and runs the real accept-time hook on every group, which
-  reads only the loss-mask column and writes advantages back;
-- **gathering baseline**: the driver holds every sequence's payload (ids, logprobs, mask,
-  advantages, screenshots), as drivers that gather batches do.
+Figures (MiB; ``driver_*_mb_*`` are dicts keyed by ``str(B)`` for every B of ``batch_sizes``):
 
-Reported per 10k sequences (the baseline is measured on a few sequences and scaled: holding 10k
-of them would need ~400 GB), their ratio ``driver_mem_ratio``, and the largest batch each fits
-in a fixed memory cap.
+- ``driver_rss_mb_metadata`` / ``driver_rss_mb_gather``: RSS increase of the driver process
+  while it holds the batch, over its own baseline taken after imports, Ray connect and a warm-up
+  group; ``driver_pss_mb_*`` the same in PSS. ``runs`` has every run's absolute figures;
+- ``object_store_mb`` and ``store_shards_rss_mb``: where the metadata driver's payloads live
+  instead (Ray's shared-memory store, and the store shards' processes, which keep objects under
+  Ray's inline threshold in their own memory), as increases over the same baseline;
+- ``driver_mem_ratio``: metadata / gather RSS increase at the largest common B;
+- ``per_sequence_mb``: gather, the slope between the smallest and largest B; metadata, the
+  increase at the metadata-only B divided by B (fixed costs included: an upper bound);
+  ``projected_max_batch_in_64gib`` divides 64 GiB by these slopes, a projection, not a measurement;
+- ``hook_s``: the accept-time hook's time per group, ``{min, median, max}``.
 """
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
+import multiprocessing as mp
 import uuid
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-import numpy as np
+import ray
 
-from vlrl.mm import PatchRule
-from vlrl.records import ADVANTAGES, LOGPROBS, LOSS_MASK, PIXELS, TOKEN_IDS, MMItemMeta, SeqMeta, image_store_key
+from vlrl.bench.driver_runs import (
+    GROUP,
+    HEIGHT,
+    SCREENSHOTS,
+    TOKENS,
+    WIDTH,
+    WRITER_NAMESPACE,
+    RolloutWriter,
+    measure_run,
+    patches_per_image,
+    pixel_values_bytes,
+)
+from vlrl.bench.spread import spread
 
-TOKENS = 4096
-SCREENSHOTS = 15
-WIDTH, HEIGHT = 1280, 720
-GROUP = 8
+CAP_BYTES = 12 * 1024**3
+"""Most a gathered batch may hold here (the machine has 24 GiB, shared)."""
+MIB = 2**20
+
+
+def _largest_gather_batch() -> int:
+    return CAP_BYTES // pixel_values_bytes() // GROUP * GROUP
+
+
 SIZES = {
-    "smoke": {"groups": 16, "baseline_sequences": 2},
-    "small": {"groups": 64, "baseline_sequences": 4},
-    "full": {"groups": 1250, "baseline_sequences": 8},
+    "smoke": {"batch_sizes": (2, 4, 6), "metadata_only": 64},
+    "small": {"batch_sizes": (2, 8, 16), "metadata_only": 512},
+    "full": {"batch_sizes": (2, 8, 16, _largest_gather_batch()), "metadata_only": 4096},
 }
-CAP_BYTES = 64 * 1024**3
-RULE = PatchRule()
 
 
-def seq_meta(index: int, group: int) -> SeqMeta:
-    rng = np.random.default_rng(index)
-    hashes = [f"{rng.integers(0, 2**63):016x}{rng.integers(0, 2**63):016x}" for _ in range(SCREENSHOTS)]
-    images = tuple(
-        MMItemMeta(
-            content_hash=h, width=WIDTH, height=HEIGHT, nbytes=WIDTH * HEIGHT * 3, store_key=image_store_key(h)
-        ).with_patch_rule(RULE)
-        for h in hashes
-    )
-    per_turn = TOKENS // SCREENSHOTS
-    return SeqMeta(
-        key=f"seq/{group}/{index}",
-        group_id=f"g{group}",
-        source="desktop",
-        sample_index=index % GROUP,
-        reward=float(index % 2),
-        success=bool(index % 2),
-        finish="done",
-        turns=SCREENSHOTS,
-        num_tokens=TOKENS,
-        num_response_tokens=TOKENS // 4,
-        context_lengths=tuple(per_turn * (t + 1) - 8 for t in range(SCREENSHOTS)),
-        policy_version=0,
-        images=images,
-        image_offsets=tuple((per_turn * t + 10, t) for t in range(SCREENSHOTS)),
-    )
+def _in_fresh_process(*args: Any) -> dict[str, Any]:
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        return pool.submit(measure_run, *args).result()
 
 
-def payload(seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {
-        TOKEN_IDS: rng.integers(0, 151_000, TOKENS).astype(np.int32),
-        LOGPROBS: -rng.exponential(1.0, TOKENS).astype(np.float32),
-        LOSS_MASK: rng.random(TOKENS) < 0.25,
-    }
-
-
-def measure_vlrl(groups: int) -> dict[str, float]:
-    """Peak driver heap while it holds every group's metadata and runs the hook on each group."""
-    import ray
-
-    from vlrl.control.group_hook import GroupHook
-    from vlrl.store.ray_store import RayStore
-
-    store = RayStore.Config(namespace=f"bench-driver-{uuid.uuid4().hex[:6]}").build()
-
-    @ray.remote(num_cpus=0)
-    def write(store: Any, keys: list[str]) -> int:
-        for i, key in enumerate(keys):
-            store.put(key, payload(i))
-        return len(keys)
-
-    hook = GroupHook.Config().build()
-    try:
-        gc.collect()
-        tracemalloc.start()
-        held = []
-        for group in range(groups):
-            metas = [seq_meta(group * GROUP + i, group) for i in range(GROUP)]
-            ray.get(write.remote(store, [m.key for m in metas]))  # the rollout side writes payloads
-            decision = hook(metas, store)
-            held.append((metas, decision))
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        store.delete([m.key for metas, _ in held for m in metas])
-    finally:
-        store.destroy()
-    sequences = groups * GROUP
-    return {"sequences": sequences, "peak_bytes": peak, "bytes_per_sequence": peak / sequences}
-
-
-def measure_gathering(sequences: int) -> dict[str, float]:
-    """Peak driver heap of a driver that gathers each sequence's payload with its metadata."""
-    gc.collect()
-    tracemalloc.start()
-    held = []
-    for index in range(sequences):
-        row = payload(index)
-        row[ADVANTAGES] = np.zeros(TOKENS, np.float32)
-        row[PIXELS] = np.zeros((SCREENSHOTS, HEIGHT, WIDTH, 3), np.uint8)
-        held.append((seq_meta(index, index // GROUP), row))
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return {"sequences": sequences, "peak_bytes": peak, "bytes_per_sequence": peak / sequences}
+def _increase(runs: dict[int, dict[str, Any]], figure: str) -> dict[str, float]:
+    return {str(b): run["increase"][figure] for b, run in runs.items()}
 
 
 def run(size: str) -> dict[str, Any]:
-    import ray
-
+    batch_sizes, metadata_only = SIZES[size]["batch_sizes"], SIZES[size]["metadata_only"]
+    if max(batch_sizes) * pixel_values_bytes() > CAP_BYTES:
+        raise ValueError(f"batch_sizes {batch_sizes}: the largest gathered batch exceeds {CAP_BYTES / 2**30:g} GiB")
     started_ray = not ray.is_initialized()
     if started_ray:
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1024**3, log_to_driver=False)
+    writer_name = f"writer-{uuid.uuid4().hex[:8]}"
+    writer = RolloutWriter.options(name=writer_name, namespace=WRITER_NAMESPACE).remote()
+    address = ray.get_runtime_context().gcs_address
     try:
-        ours = measure_vlrl(SIZES[size]["groups"])
+        ray.get(writer.__ray_ready__.remote())
+        runs = {
+            driver: {b: _in_fresh_process(driver, b, address, writer_name) for b in batch_sizes}
+            for driver in ("metadata", "gather")
+        }
+        alone = _in_fresh_process("metadata", metadata_only, address, writer_name)
     finally:
+        ray.kill(writer)
         if started_ray:
             ray.shutdown()
-    baseline = measure_gathering(SIZES[size]["baseline_sequences"])
-    per_10k = {name: r["bytes_per_sequence"] * 10_000 for name, r in (("vlrl", ours), ("gathering", baseline))}
+    largest, smallest = max(batch_sizes), min(batch_sizes)
+    meta_rss, gather_rss = _increase(runs["metadata"], "rss_mb"), _increase(runs["gather"], "rss_mb")
+    per_sequence = {
+        "metadata": alone["increase"]["rss_mb"] / metadata_only,
+        "gather": (gather_rss[str(largest)] - gather_rss[str(smallest)]) / (largest - smallest),
+    }
+    hook_s = {d: spread([s for r in runs[d].values() for s in r.pop("hook_s")]) for d in runs}
+    rows, cols = patches_per_image()
     return {
-        "sequence": {"tokens": TOKENS, "screenshots": SCREENSHOTS, "resolution": f"{WIDTH}x{HEIGHT}"},
-        "vlrl": ours,
-        "gathering": baseline,
-        "driver_mem_per_10k_mb": {name: value / 1e6 for name, value in per_10k.items()},
-        "driver_mem_ratio": per_10k["vlrl"] / per_10k["gathering"],
-        "max_batch_in_64gib": {
-            "vlrl": int(CAP_BYTES // ours["bytes_per_sequence"]),
-            "gathering": int(CAP_BYTES // baseline["bytes_per_sequence"]),
+        "sequence": {
+            "tokens": TOKENS,
+            "screenshots": SCREENSHOTS,
+            "resolution": f"{WIDTH}x{HEIGHT}",
+            "pixel_values_per_image": [rows, cols],
+            "pixel_values_mb": pixel_values_bytes() / MIB,
         },
+        "batch_sizes": list(batch_sizes),
+        "driver_rss_mb_metadata": meta_rss,
+        "driver_rss_mb_gather": gather_rss,
+        "driver_pss_mb_metadata": _increase(runs["metadata"], "pss_mb"),
+        "driver_pss_mb_gather": _increase(runs["gather"], "pss_mb"),
+        "object_store_mb": {d: _increase(runs[d], "object_store_mb") for d in runs},
+        "store_shards_rss_mb": _increase(runs["metadata"], "store_shards_rss_mb"),
+        "metadata_only": {"batch": metadata_only, **{k: alone[k] for k in ("baseline", "holding", "increase")}},
+        "driver_mem_ratio": meta_rss[str(largest)] / gather_rss[str(largest)],
+        "per_sequence_mb": per_sequence,
+        "projected_max_batch_in_64gib": {d: int(64 * 1024 / mb) if mb > 0 else None for d, mb in per_sequence.items()},
+        "hook_s": hook_s,
+        "runs": {d: {str(b): r for b, r in runs[d].items()} for d in runs},
     }
