@@ -53,3 +53,13 @@ def test_metadata_driver_holds_a_small_fraction(result: dict) -> None:
     assert alone["increase"]["rss_mb"] < alone["batch"] * 0.01 * pixel_values_mib_per_sequence(), alone
     token_payload_mib = alone["batch"] * TOKENS * (4 + 4 + 1 + 4) / MIB
     assert alone["increase"]["store_shards_rss_mb"] >= 0.9 * token_payload_mib, alone
+
+
+@pytest.mark.slow
+def test_the_report_plots_both_drivers_over_the_measured_batch_sizes(result: dict) -> None:
+    from vlrl.bench.curves import curves_of
+
+    (curve,) = curves_of("driver", result)
+    assert {name: [x for x, _ in points] for name, points in curve.series.items()} == {
+        driver: [float(b) for b in result["batch_sizes"]] for driver in ("metadata", "gather")
+    }

@@ -93,7 +93,19 @@ def pack_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
         ))  # fmt: skip
 
 
+def driver_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
+    series = {}
+    for driver in ("metadata", "gather"):
+        by_batch = result.get(f"driver_rss_mb_{driver}", {})
+        series[driver] = [(float(b), float(v)) for b, v in by_batch.items() if _number(v) is not None]
+    yield from _present(Curve(
+        "driver", "rss_by_batch", "driver RSS increase holding a batch, metadata only vs gathering",
+        "sequences held", "MB above the process's baseline", series, log_y=True,
+    ))  # fmt: skip
+
+
 CURVES: dict[str, Callable[[Mapping[str, Any]], Iterator[Curve]]] = {
+    "driver": driver_curves,
     "pool": pool_curves,
     "delta": delta_curves,
     "pack": pack_curves,
