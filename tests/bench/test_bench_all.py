@@ -39,7 +39,7 @@ def test_all_runs_every_benchmark_tabulates_headlines_and_writes_one_report(monk
     # The report: the same JSON, the table in Markdown, and the regime curve plotted.
     assert json.loads((tmp_path / "report.json").read_text()) == summary
     markdown = (tmp_path / "report.md").read_text()
-    assert "| pack | `imbalance_kk` | 1.2 | the same for plain Karmarkar-Karp |" in markdown
+    assert "| pack | `imbalance_kk` | 1.2 | the same for plain Karmarkar-Karp (the planner's seed) |" in markdown
     assert "- `store`: RuntimeError: no room on this machine" in markdown
     assert "![costliest DP rank / mean at DP 8](plots/pack_regimes_dp8.png)" in markdown
     png = (tmp_path / "plots" / "pack_regimes_dp8.png").read_bytes()

@@ -104,7 +104,22 @@ def driver_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
     ))  # fmt: skip
 
 
+def encode_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
+    by_step = sorted(
+        (int(match.group(1)), schemes)
+        for key, schemes in result.get("vs_lower_bound", {}).items()
+        if (match := re.fullmatch(r"ipr(\d+)", key)) and isinstance(schemes, Mapping)
+    )
+    names = sorted({name for _, schemes in by_step for name in schemes})
+    yield from _present(Curve(
+        "encode", "vs_lower_bound", "encoder load: costliest rank / lower bound, worst step", "images per rank",
+        "over the lower bound", {n: [(k, s[n]) for k, s in by_step if _number(s.get(n)) is not None] for n in names},
+        log_x=True,
+    ))  # fmt: skip
+
+
 CURVES: dict[str, Callable[[Mapping[str, Any]], Iterator[Curve]]] = {
+    "encode": encode_curves,
     "driver": driver_curves,
     "pool": pool_curves,
     "delta": delta_curves,

@@ -2,7 +2,8 @@
 
 ``contiguous_ranks`` is Vision-DP's split (verl PR #5230 / AReaL PR #929), ``lpt_ranks`` vLLM's
 encoder DP; both are given the planner's cost function (verl and vLLM balance patch counts, which
-ignore attention's quadratic term). ``optimal_imbalance`` tries every assignment of a small step.
+ignore attention's quadratic term). ``optimal_imbalance`` tries every assignment of a small step;
+``over_lower_bound`` compares any assignment with what no assignment can beat.
 """
 
 from __future__ import annotations
@@ -60,3 +61,10 @@ def imbalance(loads: np.ndarray) -> float:
     """The costliest rank's load over the mean rank's (1 with no load)."""
     mean = float(loads.mean())
     return float(loads.max()) / mean if mean > 0 else 1.0
+
+
+def over_lower_bound(loads: np.ndarray, costs: np.ndarray) -> float:
+    """The costliest rank's load over the lower bound of any assignment of ``costs`` to
+    ``len(loads)`` ranks, ``max(largest item, total / ranks)`` (1 with no load)."""
+    bound = max(float(np.max(costs, initial=0.0)), float(np.sum(costs)) / len(loads))
+    return float(np.max(loads)) / bound if bound > 0 else 1.0

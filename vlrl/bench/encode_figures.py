@@ -9,11 +9,14 @@ under one layout and seed:
   (``token_owner_work``: its total over the distinct images' total), so ``token_owner_makespan``
   (its max load over the ideal ``distinct cost / world``) is what the step waits for;
 - ``fetch_ratio``: pixel bytes the busiest rank fetches under (a) over fetch-all (every distinct
-  image of the step, what each rank of (c)/(d) reads); the mean over ranks is exactly 1/world;
+  image of the step, what each rank of (c)/(d) reads); the mean over ranks is 1/world for any
+  assignment, so it is not reported;
 - ``a2a_bytes``: embedding rows (a) sends to another rank over all micro-batches, times
   3584 x 2 bytes (bf16 rows of the 7B LLM); ``allgather_bytes``: rows every rank receives
   from the others under (c), ``(world - 1) * rows``; ``padded_allgather_bytes``: (d)'s
   ``world * (world - 1) * max rank rows``; ``sp_allgather_bytes``: the per-replica variant;
+- ``*_vs_lower_bound``: a scheme's costliest rank over ``max(largest image, total / world)``,
+  which no assignment beats (``imbalance_vs_lower_bound``: the planner's); ``_sp``: per replica;
 - ``owner_local_fraction``: distinct images whose encoder rank holds some of their tokens, with
   the planner's owner preference and without (``_no_pref``); ``local_row_fraction``: embedding
   rows that stay on the encoding rank, with and without;
@@ -22,7 +25,8 @@ under one layout and seed:
 
 Top-level figures (``measure``) take the worst instance over the world-4 layouts (1x2x2, 2x2x1)
 and seeds with ``items_per_rank >= 8`` (``*_2pr``: at 2 per rank); ``owner_*`` and ``local_row_*``
-are means over those instances.
+are means over those instances; ``vs_lower_bound`` holds each scheme's worst ratio to the lower
+bound at each step size.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from vlrl.bench.encode_baselines import (
     imbalance,
     lpt_ranks,
     optimal_imbalance,
+    over_lower_bound,
 )
 from vlrl.bench.encode_workload import (
     SCREEN_WORKLOAD,
@@ -54,6 +59,11 @@ from vlrl.train.encode_plan import plan_encoders
 
 ROW_BYTES = 3584 * 2
 """One embedding row of the 7B LLM in bf16."""
+LOWER_BOUND_SCHEMES = {
+    "planner": "imbalance", "lpt": "lpt", "contiguous": "contiguous",
+    "contiguous_sp": "contiguous_sp", "lpt_sp": "lpt_sp",
+}  # fmt: skip
+"""``vs_lower_bound`` entry -> the instance figure ``{key}_vs_lower_bound``."""
 
 
 def measure_instance(
@@ -87,13 +97,16 @@ def measure_instance(
         owner_bytes[r] += nbytes[index[h]]
     # (c) per replica: each DP replica's images, in order, over its CP x TP ranks.
     group = layout.cp * layout.tp
-    sp_loads = np.zeros(world)
+    sp_loads, lpt_sp_loads = np.zeros(world), np.zeros(world)
     sp_rows = 0
     for dp in range(layout.dp):
         first_rank = layout.rank(dp, 0, 0)  # a replica's ranks are consecutive
         mine = sorted({int(i) for i, d in zip(piece_item, piece_dest) if first_rank <= d < first_rank + group})
         sp_loads[first_rank : first_rank + group] = np.bincount(
             contiguous_ranks(costs[mine], group), weights=costs[mine], minlength=group
+        )
+        lpt_sp_loads[first_rank : first_rank + group] = np.bincount(
+            lpt_ranks(costs[mine], group), weights=costs[mine], minlength=group
         )
         sp_rows += (group - 1) * int(rows[mine].sum())
 
@@ -110,20 +123,27 @@ def measure_instance(
     padded = world * (world - 1) * int(np.bincount(lpt, weights=rows, minlength=world).max()) * ROW_BYTES
     fetch_all = float(nbytes.sum())
     optimum = optimal_imbalance(costs, world)
+    lpt_loads = np.bincount(lpt, weights=costs, minlength=world)
+    contiguous_loads = np.bincount(contiguous, weights=costs, minlength=world)
     return {
         "images": len(costs),
         "micro_batches": len(images.micro_batches),
         **({"imbalance_optimum": optimum} if optimum is not None else {}),
         "imbalance_planner": planner.imbalance,
         "imbalance_planner_no_pref": no_pref.imbalance,
-        "imbalance_lpt": imbalance(np.bincount(lpt, weights=costs, minlength=world)),
-        "imbalance_contiguous": imbalance(np.bincount(contiguous, weights=costs, minlength=world)),
+        "imbalance_lpt": imbalance(lpt_loads),
+        "imbalance_contiguous": imbalance(contiguous_loads),
         "imbalance_contiguous_sp": imbalance(sp_loads),
+        "imbalance_lpt_sp": imbalance(lpt_sp_loads),
+        "imbalance_vs_lower_bound": over_lower_bound(planner.loads, costs),
+        "lpt_vs_lower_bound": over_lower_bound(lpt_loads, costs),
+        "contiguous_vs_lower_bound": over_lower_bound(contiguous_loads, costs),
+        "contiguous_sp_vs_lower_bound": over_lower_bound(sp_loads, costs),
+        "lpt_sp_vs_lower_bound": over_lower_bound(lpt_sp_loads, costs),
         "imbalance_token_owner": imbalance(owner_loads),
         "token_owner_work": float(owner_loads.sum() / costs.sum()),
         "token_owner_makespan": float(owner_loads.max() / (costs.sum() / world)),
         "fetch_ratio": float(np.bincount(with_pref, weights=nbytes, minlength=world).max() / fetch_all),
-        "fetch_ratio_mean": float(np.bincount(with_pref, weights=nbytes, minlength=world).mean() / fetch_all),
         "fetch_ratio_token_owner": float(owner_bytes.max() / fetch_all),
         "a2a_bytes": a2a,
         "a2a_bytes_no_pref": moved(without) * ROW_BYTES,
@@ -182,6 +202,8 @@ def measure(
         "imbalance_lpt": worst("imbalance_lpt"),
         "imbalance_contiguous": worst("imbalance_contiguous"),
         "imbalance_contiguous_sp": worst("imbalance_contiguous_sp"),
+        "imbalance_lpt_sp": worst("imbalance_lpt_sp"),
+        "imbalance_vs_lower_bound": worst("imbalance_vs_lower_bound"),
         "imbalance_token_owner": worst("imbalance_token_owner"),
         "token_owner_makespan": worst("token_owner_makespan"),
         "fetch_ratio": worst("fetch_ratio"),
@@ -199,8 +221,14 @@ def measure(
             "imbalance_planner_2pr": worst("imbalance_planner", two),
             "imbalance_lpt_2pr": worst("imbalance_lpt", two),
             "imbalance_optimum_2pr": worst("imbalance_optimum", two),
+            "imbalance_vs_lower_bound_2pr": worst("imbalance_vs_lower_bound", two),
             "planner_over_lpt_2pr": max(f["imbalance_planner"] / f["imbalance_lpt"] for f in two),
             "planner_over_optimum_2pr": max(f["imbalance_planner"] / f["imbalance_optimum"] for f in two),
         }
+    at = {k: [f for (s, j, _), f in instances.items() if s in WORLD4_LAYOUTS and j == k] for k in items_per_rank}
+    figures["vs_lower_bound"] = {
+        f"ipr{k}": {scheme: worst(f"{key}_vs_lower_bound", at[k]) for scheme, key in LOWER_BOUND_SCHEMES.items()}
+        for k in items_per_rank
+    }
     figures["dedup_saving"] = float(np.mean([dedup_saving(seed) for seed in seeds]))
     return {**figures, "layouts": per_layout}

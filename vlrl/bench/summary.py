@@ -31,7 +31,7 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "driver": (
         ("driver_mem_ratio", "driver RSS increase, metadata only / gathering (measured, largest common batch)"),
-        ("per_sequence_mb.*", "driver RSS per sequence held (gather: measured slope; metadata: upper bound)"),
+        ("per_sequence_mb*", "driver RSS per sequence held (gather: measured slope; metadata: upper bound)"),
     ),
     "pack": (
         ("imbalance_planner", "costliest DP rank / mean (1.0 is perfect)"),
@@ -48,8 +48,12 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("imbalance_planner", "encoder load max/mean, planner"),
         ("imbalance_contiguous", "the same, Vision-DP contiguous bin-packing"),
         ("imbalance_token_owner", "the same, encode where the tokens land"),
+        ("imbalance_vs_lower_bound", "the planner's costliest rank / max(largest image, total / world)"),
         ("fetch_ratio", "pixel bytes per rank / fetch-all (ideal 1/world)"),
-        ("a2a_over_allgather", "embedding bytes, all-to-all / all-gather"),
+        ("a2a_over_allgather_sp_measured", "embedding bytes at the collectives, all-to-all / per-replica all-gather"),
+        ("speedup_vs_token_owner", "encode wall time, token owner / planner (4 gloo ranks)"),
+        ("speedup_vs_allgather_sp", "the same, per-replica contiguous + all-gather (Vision-DP) / planner"),
+        ("speedup_vs_padded_allgather_sp", "the same, per-replica LPT + padded all-gather (vLLM) / planner"),
         ("dedup_saving", "encoder work saved by encoding repeats once"),
     ),
     "train": (
