@@ -118,7 +118,21 @@ def encode_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
     ))  # fmt: skip
 
 
+def train_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
+    by_layout = result.get("mem_by_tokens", {})
+    series = {
+        layout: [(float(tokens), float(mb)) for tokens, mb in probes.items() if _number(mb) is not None]
+        for layout, probes in by_layout.items()
+        if isinstance(probes, Mapping)
+    }
+    yield from _present(Curve(
+        "train", "mem_by_tokens", "peak RSS of one sequence's forward and backward, above the pre-step baseline",
+        "sequence tokens", "MB above baseline (max over ranks)", series,
+    ))  # fmt: skip
+
+
 CURVES: dict[str, Callable[[Mapping[str, Any]], Iterator[Curve]]] = {
+    "train": train_curves,
     "encode": encode_curves,
     "driver": driver_curves,
     "pool": pool_curves,

@@ -53,7 +53,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         ),
         Benchmark(
             "train",
-            "trainer tokens/s and peak memory per DP x CP x TP layout vs the single-process step (gloo, CPU)",
+            "trainer tokens/s and memory above the pre-step baseline per DP x CP x TP layout vs one process (gloo, CPU)",
             "vlrl.bench.train_bench",
         ),
         Benchmark(

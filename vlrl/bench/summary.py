@@ -58,7 +58,7 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "train": (
         ("*speedup_vs_single*", "tokens/s of the layout / single process"),
-        ("*mem_vs_single*", "peak memory of the layout / single process"),
+        ("*mem_above_baseline_vs_single*", "memory above the pre-step baseline, layout / single process"),
     ),
     "chaos": (
         ("survived", "runs (one per fault kind) that finished their steps"),

@@ -1,36 +1,40 @@
-"""Trainer throughput and peak memory per DP x CP x TP layout, next to the single-process reference.
+"""Trainer throughput and memory per DP x CP x TP layout, next to the single-process reference.
 
-Workload (``write_workload``; deterministic by seed and written identically into every rank's own
-``LocalStore``, from which each rank's packer and encoder read only their share): GUI-agent
-trajectories in groups of ``members``. A trajectory runs on one device (desktop 1920x1080,
-laptop 1440x900, browser 1280x720, phone 1080x2400, each at 1/8 of the side so the tiny
-processor keeps 18-55 image tokens per screenshot) for 2..``max_turns`` turns of::
-
-    observation text, <|vision_start|> + the screenshot's image tokens + <|vision_end|>, response
-
-with the loss mask on the responses. Members of a group share their device and their first
-screenshot (the task's start screen, stored once). Rollout logprobs sit near the random model's
-``-log V`` so the ratios are near 1; advantages are the group-normalised rewards.
-
-Model (``build_model``): the tiny model's tokenizer and processor (``vlrl.models.build_tiny``) under
-a larger randomly initialised Qwen2-VL (``ModelSpec``: hidden 256, 4 layers, 8 heads / 4 KV
-heads), so layer compute, not Python overhead, is most of a step.
+The batch and the model are ``vlrl.bench.train_workload``'s: packed multi-turn GUI trajectories
+of ``min_tokens``..``max_tokens`` (``small``: 2k-8k, ``full``: 2k-16k) with their screenshot history, under
+a random Qwen2-VL with the tiny model's tokenizer. Every rank writes the same batch into its own
+``LocalStore``, from which its packer and encoder read only their share.
 
 Per layout, in a fresh world (``vlrl bench train``: spawned gloo processes on CPU, one per rank,
 each setting the ``torchrun`` variables and calling ``init_distributed``; under ``torchrun``: in
-process, NCCL when there are GPUs): build the ``Trainer``, one warm-up step, ``steps`` timed steps
-of the same batch. A fresh world per layout keeps one layout's peak memory out of the next's.
+process, NCCL when there are GPUs), each rank:
 
-- ``step_s``: median over the timed steps of the slowest rank's ``step_s``;
-- ``tokens_per_s``: the step's real tokens (every DP rank's) / ``step_s``;
-- ``peak_mem_mb``: max over ranks of the process's peak RSS (``ru_maxrss``, CPU: interpreter,
-  torch and store included) or of ``torch.cuda.max_memory_allocated`` (GPU);
-- ``added_mem_mb``: max over ranks of that peak's growth from just before the trainer was built
-  (model, optimizer state, activations): where sharding shows on CPU;
-- ``speedup_vs_single``, ``mem_vs_single``, ``added_mem_vs_single``: the layout's tokens/s, peak
-  and added memory over the 1x1x1 reference's;
-- ``first_loss``: the warm-up step's loss; every layout computes the same step from the same
-  weights, so these agree to rounding (float64 on CPU).
+1. writes the batch, then builds the ``Trainer`` (RSS before: ``added_mem_mb``'s start);
+2. reads its RSS/PSS (``proc_memory.memory_mb``): the **baseline**, interpreter, torch, store and
+   model included, just before the first step;
+3. runs the **memory probes**: forward and backward of the shortest, then the longest sequence
+   alone, gradients dropped unapplied (the weights stay the starting ones), each with the peak
+   RSS restarted (``peak_memory``): how the step's memory grows with sequence length;
+4. one **warm-up** step of the batch (untimed; PSS sampled meanwhile), then ``steps`` timed steps
+   of the same batch, the kernel's peak RSS spanning all of them.
+
+Figures per layout, reduced over ranks:
+
+- ``step_s``: ``{min, median, max}`` over the timed steps of the slowest rank's step time;
+- ``tokens_per_s``: the step's real tokens (every DP rank's) / the median ``step_s``;
+- ``mem_above_baseline_mb`` / ``pss_above_baseline_mb``: max over ranks of the peak RSS / PSS
+  during the steps minus that rank's baseline (activations, gradients, optimizer state, encoder
+  rows): where sharding shows; ``baseline_mem_mb``: max over ranks of the baseline RSS;
+- ``mem_by_tokens``: per probe length, max over ranks of the probe's peak RSS minus the baseline;
+- ``peak_mem_mb``: max over ranks of the peak RSS during the steps, absolute; on GPU
+  ``torch.cuda.max_memory_allocated`` (and ``cuda_above_baseline_mb`` its growth over the
+  allocation at the baseline);
+- ``added_mem_mb``: max over ranks of the peak's growth from just before the trainer was built;
+- ``speedup_vs_single``, ``mem_vs_single``, ``added_mem_vs_single``,
+  ``mem_above_baseline_vs_single``: the layout's figure over the 1x1x1 reference's;
+- ``losses``: the loss of the warm-up and of each timed step (``first_loss``: the warm-up's): every
+  layout takes the same steps from the same weights, so these agree to rounding (float64 on CPU);
+- ``memory_per_rank``: each rank's baseline and peak RSS/PSS.
 
 On CPU each rank gets ``cores // world`` threads (at least one), so every layout has the cores the
 reference has; a layout with more ranks than cores time-shares them and cannot be faster than one
@@ -42,9 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import socket
-import statistics
 import sys
 import tempfile
 import warnings
@@ -52,49 +54,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from vlrl.bench.peak_memory import PssSampler, peak_rss_mb, reset_peak_rss
+from vlrl.bench.proc_memory import memory_mb
 from vlrl.bench.spawned_rank import exit_rank
+from vlrl.bench.spread import spread
+from vlrl.bench.train_workload import ModelSpec, WorkloadSpec, build_model, write_workload
 
 Shape = tuple[int, int, int]
 REFERENCE = "1x1x1"
-SCREENS: dict[str, tuple[int, int]] = {
-    "desktop": (1920, 1080),
-    "laptop": (1440, 900),
-    "web": (1280, 720),
-    "phone": (1080, 2400),
-}
-"""(width, height) of each device's screen; screenshots are stored at ``1 / SCREEN_SCALE``."""
-SCREEN_SCALE = 8
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """The benchmarked Qwen2-VL: text stack and vision tower (random weights, seeded)."""
-
-    hidden: int = 256
-    intermediate: int = 1024
-    layers: int = 4
-    heads: int = 8
-    kv_heads: int = 4
-    vision_depth: int = 2
-    vision_embed: int = 64
-    vision_heads: int = 4
-    seed: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadSpec:
-    """One training step's batch."""
-
-    groups: int
-    members: int
-    """Trajectories per group (one task, one start screen)."""
-    max_turns: int
-    """Each trajectory has 2..max_turns turns, one screenshot each."""
-    micro_batch_tokens: int
-    """``MicroBatchPlanner`` budget: several trajectories per micro-batch."""
-    seed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +69,7 @@ class Size:
     layouts: tuple[Shape, ...]
     """(DP, CP, TP) of each measured world; the first is the 1x1x1 reference."""
     steps: int
-    """Timed steps per layout, after one warm-up step."""
+    """Timed steps per layout, after the probes and one warm-up step."""
     workload: WorkloadSpec
     model: ModelSpec = ModelSpec()
     dtype: str = "float64"
@@ -113,20 +80,23 @@ class Size:
 SIZES = {
     "smoke": Size(
         ((1, 1, 1), (2, 1, 1), (1, 1, 2)),
-        steps=1,
-        workload=WorkloadSpec(groups=2, members=2, max_turns=2, micro_batch_tokens=512),
-        model=ModelSpec(intermediate=256, layers=1),
+        steps=2,
+        workload=WorkloadSpec(groups=1, members=2, min_tokens=800, max_tokens=1600, micro_batch_tokens=1600,
+                              screen_scale=4),
+        model=ModelSpec(hidden=128, intermediate=256, layers=1, heads=4, kv_heads=2, vision_depth=1),
     ),
     "small": Size(
         ((1, 1, 1), (2, 1, 1), (1, 1, 2)),
-        steps=2,
-        workload=WorkloadSpec(groups=2, members=3, max_turns=3, micro_batch_tokens=512),
-        model=ModelSpec(intermediate=512, layers=2),
+        steps=5,
+        workload=WorkloadSpec(groups=1, members=3, min_tokens=2000, max_tokens=8000, micro_batch_tokens=8192,
+                              screen_scale=4),  # a few minutes on 2 cores; full runs 2k-16k
+        model=ModelSpec(intermediate=512, layers=1),
     ),
     "full": Size(
         ((1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2), (1, 2, 2)),
         steps=5,
-        workload=WorkloadSpec(groups=4, members=4, max_turns=6, micro_batch_tokens=1024),
+        workload=WorkloadSpec(groups=4, members=4, min_tokens=2000, max_tokens=16000, micro_batch_tokens=16384),
+        model=ModelSpec(layers=2),  # ~5 GB above baseline per rank at 16k tokens: two ranks fit 24 GiB
     ),
 }  # fmt: skip
 
@@ -143,127 +113,34 @@ def parse_layout(name: str) -> Shape:
     return dp, cp, tp
 
 
-# ---- model and workload ----------------------------------------------------------------------
-
-
-def build_model(path: str | Path, spec: ModelSpec) -> Path:
-    """The tiny model's tokenizer and processor under a Qwen2-VL of ``spec``'s size, at ``path``."""
-    import torch
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
-    from transformers.utils import logging
-
-    from vlrl.models import build_tiny
-
-    logging.disable_progress_bar()
-    path = build_tiny("qwen2_vl", path, seed=spec.seed)
-    tiny = Qwen2VLConfig.from_pretrained(path)
-    text = tiny.text_config
-    half = spec.hidden // spec.heads // 2  # M-RoPE sections (t, h, w) sum to head_dim / 2, as Qwen2-VL's 16/24/24
-    sections = [half // 4, 3 * half // 8, half - half // 4 - 3 * half // 8]
-    config = Qwen2VLConfig(
-        text_config=dict(
-            vocab_size=text.vocab_size, hidden_size=spec.hidden, intermediate_size=spec.intermediate,
-            num_hidden_layers=spec.layers, num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads,
-            max_position_embeddings=4096,
-            rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": sections},
-            bos_token_id=text.bos_token_id, eos_token_id=text.eos_token_id, pad_token_id=text.pad_token_id,
-        ),
-        vision_config=dict(
-            depth=spec.vision_depth, embed_dim=spec.vision_embed, hidden_size=spec.hidden, num_heads=spec.vision_heads,
-            mlp_ratio=2,
-        ),
-        image_token_id=tiny.image_token_id, video_token_id=tiny.video_token_id,
-        vision_start_token_id=tiny.vision_start_token_id, vision_end_token_id=tiny.vision_end_token_id,
-    )  # fmt: skip
-    with torch.random.fork_rng():
-        torch.manual_seed(spec.seed)
-        model = Qwen2VLForConditionalGeneration(config)
-    model.generation_config.eos_token_id = text.eos_token_id
-    model.generation_config.pad_token_id = text.pad_token_id
-    model.save_pretrained(path)
-    return path
-
-
-def write_workload(store: Any, spec: WorkloadSpec, model_path: str | Path) -> list:
-    """Write one step's trajectories and screenshots into ``store``; return their ``SeqMeta``s.
-    Same ``spec`` and model, same rows, images and metadata."""
-    from transformers import AutoProcessor, Qwen2VLConfig
-
-    from vlrl.mm import patch_rule_of, store_image
-    from vlrl.records import ADVANTAGES, LOGPROBS, LOSS_MASK, TOKEN_IDS, SeqMeta
-
-    config = Qwen2VLConfig.from_pretrained(model_path)
-    rule = patch_rule_of(AutoProcessor.from_pretrained(model_path))
-    vocab = config.text_config.vocab_size
-    image_id, start_id, end_id = config.image_token_id, config.vision_start_token_id, config.vision_end_token_id
-    low = max(image_id, start_id, end_id, config.video_token_id) + 1  # text tokens: no special ids
-    rng = np.random.default_rng(spec.seed)
-    devices = list(SCREENS)
-
-    def screenshot(device: str, *key: int):
-        width, height = (side // SCREEN_SCALE for side in SCREENS[device])
-        pixels = np.random.default_rng((spec.seed, *key)).integers(0, 256, (height, width, 3), dtype=np.uint8)
-        return store_image(store, pixels, holder="train-bench", rule=rule)
-
-    metas = []
-    for g in range(spec.groups):
-        device = devices[g % len(devices)]
-        first = screenshot(device, g, 0, 0)
-        rewards = rng.random(spec.members)
-        advantages = (rewards - rewards.mean()) / (rewards.std() + 1e-6)  # GRPO: group-normalised
-        for m in range(spec.members):
-            turns = int(rng.integers(2, spec.max_turns + 1))
-            shots = [first, *(screenshot(device, g, m + 1, t) for t in range(1, turns))]
-            ids: list[int] = []
-            mask: list[bool] = []
-            offsets, contexts = [], []
-            for t, shot in enumerate(shots):
-                prompt = [*rng.integers(low, vocab, int(rng.integers(8, 24))).tolist(), start_id]
-                offsets.append((len(ids) + len(prompt), t))
-                prompt += [image_id] * shot.num_tokens + [end_id]
-                response = rng.integers(low, vocab, int(rng.integers(12, 40))).tolist()  # thought + tool call
-                ids += prompt
-                contexts.append(len(ids))
-                ids += response
-                mask += [False] * len(prompt) + [True] * len(response)
-            n = len(ids)
-            if n > spec.micro_batch_tokens:
-                raise ValueError(
-                    f"WorkloadSpec.micro_batch_tokens={spec.micro_batch_tokens}; a trajectory has {n} tokens"
-                )
-            loss_mask = np.array(mask)
-            key = f"bench/train/g{g}m{m}"
-            store.put(key, {
-                TOKEN_IDS: np.array(ids, np.int32),
-                LOGPROBS: np.where(loss_mask, -np.log(vocab) + rng.normal(0, 0.1, n), 0).astype(np.float32),
-                LOSS_MASK: loss_mask,
-                ADVANTAGES: np.where(loss_mask, advantages[m], 0).astype(np.float32),
-            })  # fmt: skip
-            metas.append(SeqMeta(
-                key=key, group_id=f"g{g}", source=device, sample_index=m, reward=float(rewards[m]),
-                success=bool(rewards[m] > 0.5), finish="done", turns=turns, num_tokens=n,
-                num_response_tokens=int(loss_mask.sum()), context_lengths=tuple(contexts), policy_version=0,
-                images=tuple(shots), image_offsets=tuple(offsets),
-            ))  # fmt: skip
-    return metas
+def workload_figures(metas: list) -> dict[str, Any]:
+    """The batch as the trainer should count it: tokens per sequence, screenshots and their tokens."""
+    return {
+        "sequence_tokens": sorted(m.num_tokens for m in metas),
+        "workload_tokens": sum(m.num_tokens for m in metas),
+        "turns": sorted(m.turns for m in metas),
+        "images": len({i.content_hash for m in metas for i in m.images}),
+        "image_tokens": sum(i.num_tokens for m in metas for i in m.images),
+    }
 
 
 # ---- one layout, on every rank of its world ------------------------------------------------------
 
 
-def _peak_mb(device: str) -> float:
-    import torch
-
-    if device == "cuda":
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+def _probe(trainer: Any, meta: Any, baseline_rss: float) -> float:
+    """Peak RSS above the baseline of forward and backward on ``meta`` alone; the gradients are
+    dropped, so the weights stay the starting ones."""
+    reset_peak_rss()
+    trainer.forward_backward([meta])
+    trainer.optimizer.zero_grad(set_to_none=True)
+    return peak_rss_mb() - baseline_rss
 
 
 def measure_layout(
     shape: Shape, model_path: str | Path, workload: WorkloadSpec, steps: int, dtype: str
 ) -> dict[str, Any]:
-    """Build the ``Trainer`` for ``shape`` on this world, one warm-up and ``steps`` timed steps;
-    the figures, reduced over ranks (the same on every rank). Collective."""
+    """Build the ``Trainer`` for ``shape`` on this world, probe memory, one warm-up and ``steps``
+    timed steps; the figures, reduced over ranks (the same on every rank). Collective."""
     import torch
     import torch.distributed as dist
 
@@ -272,37 +149,62 @@ def measure_layout(
     from vlrl.train.loss import PolicyLoss
     from vlrl.train.trainer import Trainer
 
-    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    cuda = dist.get_backend() == "nccl"
     store = LocalStore()
     metas = write_workload(store, workload, model_path)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated() / 2**20 if device == "cuda" else _peak_mb(device)
+    before_build = memory_mb()["rss_mb"]
     config = Trainer.Config(
         dtype=dtype, lr=1e-5, loss=PolicyLoss.Config(kind="grpo"),
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=workload.micro_batch_tokens),
     )  # fmt: skip
     trainer = config.build(model_path=str(model_path), store=store, layout=Layout(*shape))
     try:
-        warm = trainer.step(metas)
-        times = [trainer.step(metas)["step_s"] for _ in range(steps)]
+        baseline = memory_mb()
+        cuda_baseline = torch.cuda.memory_allocated() / 2**20 if cuda else 0.0
+        by_length = sorted(metas, key=lambda m: m.num_tokens)
+        probes = {str(m.num_tokens): _probe(trainer, m, baseline["rss_mb"]) for m in (by_length[0], by_length[-1])}
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        reset_peak_rss()
+        with PssSampler() as pss:
+            warm = trainer.step(metas)
+        timed = [trainer.step(metas) for _ in range(steps)]
+        peak_rss = peak_rss_mb()
     finally:
         trainer.close()
-    peak = _peak_mb(device)
-    worst = torch.tensor([*times, peak, peak - before], dtype=torch.float64, device=device)
-    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-    worst = worst.tolist()
-    step_s = statistics.median(worst[:steps])
-    return {
+    mine = {
+        "baseline_rss_mb": baseline["rss_mb"], "baseline_pss_mb": baseline["pss_mb"],
+        "peak_rss_mb": peak_rss, "peak_pss_mb": pss.peak_pss_mb,
+        "added_mem_mb": peak_rss - before_build, "mem_by_tokens": probes,
+    }  # fmt: skip
+    if cuda:
+        mine.update(cuda_peak_mb=torch.cuda.max_memory_allocated() / 2**20, cuda_baseline_mb=cuda_baseline)
+    ranks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, mine)
+    slowest = torch.tensor([t["step_s"] for t in timed], dtype=torch.float64, device="cuda" if cuda else "cpu")
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    step_s = spread(slowest.tolist())
+    worst = lambda key: max(r[key] for r in ranks)  # noqa: E731
+    figures = {
         "step_s": step_s,
-        "tokens_per_s": warm["real_tokens"] / step_s,
-        "peak_mem_mb": worst[steps],
-        "added_mem_mb": worst[steps + 1],
+        "tokens_per_s": warm["real_tokens"] / step_s["median"],
+        "mem_above_baseline_mb": max(r["peak_rss_mb"] - r["baseline_rss_mb"] for r in ranks),
+        "pss_above_baseline_mb": max(r["peak_pss_mb"] - r["baseline_pss_mb"] for r in ranks),
+        "baseline_mem_mb": worst("baseline_rss_mb"),
+        "mem_by_tokens": {n: max(r["mem_by_tokens"][n] for r in ranks) for n in probes},
+        "peak_mem_mb": worst("cuda_peak_mb") if cuda else worst("peak_rss_mb"),
+        "added_mem_mb": worst("added_mem_mb"),
         "first_loss": warm["loss"],
+        "losses": [warm["loss"], *(t["loss"] for t in timed)],
         "real_tokens": int(warm["real_tokens"]),
         "micro_batches": int(warm["micro_batches"]),
         "threads_per_rank": torch.get_num_threads(),
+        "memory_per_rank": ranks,
+        "batch": workload_figures(metas),
     }
+    if cuda:
+        figures["cuda_above_baseline_mb"] = max(r["cuda_peak_mb"] - r["cuda_baseline_mb"] for r in ranks)
+    return figures
 
 
 def _cores() -> int:
@@ -358,20 +260,30 @@ def spawn_layouts(size: Size, layouts: tuple[Shape, ...]) -> dict[str, dict[str,
 # ---- the figures --------------------------------------------------------------------------------
 
 
+FIGURES = ("tokens_per_s", "step_s", "mem_above_baseline_mb", "pss_above_baseline_mb", "baseline_mem_mb",
+           "mem_by_tokens", "peak_mem_mb", "added_mem_mb", "first_loss", "losses")  # fmt: skip
+RATIOS = {"speedup_vs_single": "tokens_per_s", "mem_vs_single": "peak_mem_mb", "added_mem_vs_single": "added_mem_mb",
+          "mem_above_baseline_vs_single": "mem_above_baseline_mb"}  # fmt: skip
+"""Ratio figure -> the figure it divides by the 1x1x1 reference's."""
+
+
 def summarise(per_layout: dict[str, dict[str, Any]], **about: Any) -> dict[str, Any]:
-    """Per-figure dicts keyed by layout, with ratios over the 1x1x1 reference when it ran."""
+    """Per-figure dicts keyed by layout, with ratios over the 1x1x1 reference when it ran; the
+    batch's own counts (``batch``) from the first layout (every layout writes the same one)."""
     names = list(per_layout)
-    figure = lambda key: {name: per_layout[name][key] for name in names}  # noqa: E731
+    figure = lambda key: {name: per_layout[name][key] for name in names if key in per_layout[name]}  # noqa: E731
     result: dict[str, Any] = {"layouts": names}
-    for key in ("tokens_per_s", "peak_mem_mb", "step_s", "added_mem_mb", "first_loss"):
+    for key in FIGURES:
         result[key] = figure(key)
     ref = per_layout.get(REFERENCE)
     if ref is not None:
-        result["speedup_vs_single"] = {n: per_layout[n]["tokens_per_s"] / ref["tokens_per_s"] for n in names}
-        result["mem_vs_single"] = {n: per_layout[n]["peak_mem_mb"] / ref["peak_mem_mb"] for n in names}
-        result["added_mem_vs_single"] = {n: per_layout[n]["added_mem_mb"] / max(ref["added_mem_mb"], 1e-9) for n in names}
-    for key in ("real_tokens", "micro_batches", "threads_per_rank"):
-        result[key] = figure(key)
+        for ratio, key in RATIOS.items():
+            result[ratio] = {n: per_layout[n][key] / max(ref[key], 1e-9) for n in names}
+    for key in ("real_tokens", "micro_batches", "threads_per_rank", "cuda_above_baseline_mb", "memory_per_rank"):
+        if values := figure(key):
+            result[key] = values
+    if names and "batch" in per_layout[names[0]]:
+        result["batch"] = per_layout[names[0]]["batch"]
     return {**result, **about}
 
 
@@ -386,8 +298,8 @@ def _oversubscription_note(layouts: tuple[Shape, ...], cores: int) -> str | None
 
 
 def run(size: str) -> dict[str, Any]:
-    """``vlrl bench train``: tokens/s and peak memory of each layout of ``size`` (``small``: 1x1x1,
-    2x1x1, 1x1x2 and 2 timed steps; ``full``: also 1x2x1 and 1x2x2, 5 steps), gloo on CPU."""
+    """``vlrl bench train``: tokens/s and memory of each layout of ``size`` (``smoke``/``small``: 1x1x1,
+    2x1x1, 1x1x2; ``full``: also 1x2x1 and 1x2x2), gloo on CPU."""
     config = SIZES[size]
     per_layout = spawn_layouts(config, config.layouts)
     note = _oversubscription_note(config.layouts, _cores())
@@ -440,20 +352,21 @@ def _torchrun(size: Size, layouts: tuple[Shape, ...]) -> dict[str, Any] | None:
         return None
     about = dict(backend=backend, device=torch.cuda.get_device_name() if backend == "nccl" else "cpu", world=world)
     if backend == "gloo" and len(fitting) > 1:
-        about["note"] = "peak RSS is per process: a layout after the first carries the earlier ones' peak"
+        about["note"] = "one process for every layout: a layout after the first starts on the memory the earlier ones left"
     return summarise(per_layout, **about, cores=_cores(), steps=size.steps, dtype=size.dtype)
 
 
 def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
     """One table out of several runs' JSON (e.g. one torchrun per layout and backend): figures keyed
     ``backend:layout``, each run's speedup over its backend's 1x1x1 and NCCL's over gloo's."""
+    keys = ("tokens_per_s", "peak_mem_mb", "step_s", "mem_above_baseline_mb")
     runs = {
-        f"{r['backend']}:{name}": {key: r[key][name] for key in ("tokens_per_s", "peak_mem_mb", "step_s")}
+        f"{r['backend']}:{name}": {key: r[key][name] for key in keys if name in r.get(key, {})}
         for r in results for name in r["layouts"]
     }  # fmt: skip
     out: dict[str, Any] = {"runs": list(runs)}
-    for key in ("tokens_per_s", "peak_mem_mb", "step_s"):
-        out[key] = {label: figures[key] for label, figures in runs.items()}
+    for key in keys:
+        out[key] = {label: figures[key] for label, figures in runs.items() if key in figures}
     out["speedup_vs_single"], out["speedup_vs_gloo"] = {}, {}
     for label, figures in runs.items():
         backend, name = label.split(":")
