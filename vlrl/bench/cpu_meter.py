@@ -10,29 +10,18 @@ from __future__ import annotations
 
 import bisect
 import os
-import threading
 import time
 
+from vlrl.bench.sampler import Sampler
 
-class CpuMeter:
+
+class CpuMeter(Sampler):
     """Samples busy CPU seconds (all cores) every ``period_s`` while open (a ``with`` block)."""
 
     def __init__(self, period_s: float = 0.2) -> None:
-        self.period_s = period_s
+        super().__init__(period_s)
         self.times: list[float] = []
         self.busy: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample_until_stopped, name="cpu-meter", daemon=True)
-
-    def __enter__(self) -> CpuMeter:
-        self._sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
 
     def busy_between(self, start: float, end: float) -> float:
         """Busy CPU seconds between two ``time.time()`` instants (interpolated between samples)."""
@@ -41,10 +30,6 @@ class CpuMeter:
     @staticmethod
     def cores() -> int:
         return len(os.sched_getaffinity(0))
-
-    def _sample_until_stopped(self) -> None:
-        while not self._stop.wait(self.period_s):
-            self._sample()
 
     def _sample(self) -> None:
         with open("/proc/stat", encoding="ascii") as stat:

@@ -9,10 +9,10 @@ walks the page tables (milliseconds on a process of gigabytes), so it belongs ar
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from vlrl.bench.proc_memory import memory_mb
+from vlrl.bench.sampler import Sampler
 
 
 def reset_peak_rss() -> bool:
@@ -32,29 +32,13 @@ def peak_rss_mb() -> float:
     raise RuntimeError("/proc/self/status has no VmHWM line")
 
 
-class PssSampler:
+class PssSampler(Sampler):
     """``with PssSampler() as s: work()``; then ``s.peak_pss_mb`` is the largest PSS sampled
-    every ``interval_s`` (and at entry and exit) while the work ran."""
+    every ``period_s`` (and at entry and exit) while the work ran."""
 
-    def __init__(self, interval_s: float = 0.1) -> None:
-        self.interval_s = interval_s
+    def __init__(self, period_s: float = 0.1) -> None:
+        super().__init__(period_s)
         self.peak_pss_mb = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pss-sampler", daemon=True)
 
     def _sample(self) -> None:
         self.peak_pss_mb = max(self.peak_pss_mb, memory_mb()["pss_mb"])
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample()
-
-    def __enter__(self) -> PssSampler:
-        self._sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
