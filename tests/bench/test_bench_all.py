@@ -9,6 +9,8 @@ import importlib
 import json
 import re
 
+import pytest
+
 from vlrl.bench import runner
 from vlrl.bench.registry import BENCHMARKS, Benchmark
 from vlrl.bench.summary import HEADLINES
@@ -44,6 +46,30 @@ def test_all_runs_every_benchmark_tabulates_headlines_and_writes_one_report(monk
     assert "![costliest DP rank / mean at DP 8](plots/pack_regimes_dp8.png)" in markdown
     png = (tmp_path / "plots" / "pack_regimes_dp8.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+
+class _Rerun(Benchmark):
+    def load(self):
+        return importlib.import_module(self.module).rerun
+
+
+def test_one_benchmark_rerun_replaces_its_figures_in_the_report(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(runner, "BENCHMARKS", {
+        "pack": Benchmark("pack", "planner", "tests.bench.fake_benches"),
+        "store": _Broken("store", "store", "tests.bench.fake_benches"),
+    })  # fmt: skip
+    runner.run(argparse.Namespace(name="all", list=False, json=False, size="small", report=str(tmp_path)))
+    monkeypatch.setattr(runner, "BENCHMARKS", {"pack": _Rerun("pack", "planner", "tests.bench.fake_benches")})
+    assert runner.run(argparse.Namespace(name="pack", list=False, json=False, size="small", report=str(tmp_path))) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["results"]["pack"]["imbalance_planner"] == report["summary"]["pack.imbalance_planner"] == 1.001
+    assert report["failed"] == {"store": "RuntimeError: no room on this machine"} and report["rerun"] == ["pack"]
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| pack | `imbalance_planner` | 1.001 |" in markdown and "`vlrl bench pack --size small --report DIR`" in markdown
+    with pytest.raises(SystemExit, match="holds a --size small report; this run is --size smoke"):
+        runner.run(argparse.Namespace(name="pack", list=False, json=False, size="smoke", report=str(tmp_path)))
+    with pytest.raises(SystemExit, match="no report.json there"):
+        runner.run(argparse.Namespace(name="pack", list=False, json=False, size="small", report=str(tmp_path / "x")))
 
 
 def _sources(module: str) -> str:

@@ -35,6 +35,9 @@ def write_report(folder: str | Path, report: dict[str, Any], rows: list[tuple[st
         markdown_table(rows),
         "",
     ]
+    if report.get("rerun"):
+        reruns = ", ".join(f"`vlrl bench {name} --size {report['size']} --report DIR`" for name in report["rerun"])
+        lines[4:4] = [f"Rerun since, each replacing its benchmark's figures: {reruns}.", ""]
     if report["failed"]:
         lines += ["## Failed", "", *(f"- `{name}`: {error}" for name, error in report["failed"].items()), ""]
     if curves:

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from vlrl.bench.registry import BENCHMARKS
 from vlrl.bench.report import write_report
@@ -29,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report",
         metavar="DIR",
-        help="folder of the report that 'all' writes: report.json, report.md and plots/ (default runs/bench/SIZE)",
+        help="folder of the report that 'all' writes: report.json, report.md and plots/ (default runs/bench/SIZE);"
+        " with one benchmark, its new result replaces that benchmark's in the report there",
     )
 
 
@@ -44,10 +46,30 @@ def run(args: argparse.Namespace) -> int:
     result = BENCHMARKS[args.name].load()(args.size)
     result = {"benchmark": args.name, "size": args.size, **result, "wall_s": round(time.perf_counter() - started, 2)}
     print_figures(result)
+    if args.report:
+        written = update_report(args.report, args.name, args.size, result)
+        print(f"\nreport: {written[1]} ({args.name} replaced; {len(written) - 2} plots)", flush=True)
     if args.json:
         sys.stdout.flush()
         print(json.dumps(result, sort_keys=False))
     return 0
+
+
+def update_report(folder: str, name: str, size: str, result: dict) -> list:
+    """Put one benchmark's new ``result`` into the report ``vlrl bench all`` wrote in ``folder``
+    (at the same size), and write the report anew; the report names the benchmarks rerun."""
+    path = Path(folder) / "report.json"
+    if not path.exists():
+        raise SystemExit(f"--report {folder}: no report.json there; 'vlrl bench all --report {folder}' writes one")
+    report = json.loads(path.read_text())
+    if report["size"] != size:
+        raise SystemExit(f"--report {folder} holds a --size {report['size']} report; this run is --size {size}")
+    report["results"][name] = {k: v for k, v in result.items() if k not in ("benchmark", "size")}
+    report["failed"].pop(name, None)
+    report["rerun"] = sorted({*report.get("rerun", []), name})
+    rows = [row for bench, figures in report["results"].items() for row in headline_rows(bench, figures)]
+    report["summary"] = {f"{bench}.{key}": value for bench, key, value, _ in rows}
+    return write_report(folder, report, rows)
 
 
 def run_all(args: argparse.Namespace) -> int:
