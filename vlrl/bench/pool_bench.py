@@ -2,9 +2,11 @@
 blocking on the event loop.
 
 Workload: N concurrent episodes of a harness whose every step does blocking I/O (a sleep of a
-lognormal latency, median 30 ms, as a browser or a remote desktop would; ``smoke``: 100 ms) and CPU work
-(PNG-encoding its screenshot); each episode takes 15 to 50 steps, drawn from its seed
-(``--size small``: 15 to 30; ``smoke``: 5 to 10, two repetitions). Runs:
+lognormal latency, median 30 ms, as a browser or a remote desktop would; ``smoke``: 100 ms) and
+CPU work (PNG-encoding its screenshot, a GUI window whose one panel changes per step); each
+episode takes 15 to 50 steps, drawn from its seed (``--size small``: 15 to 30; ``smoke``: 5 to
+10, two repetitions). Every scheme plays the same episodes with the same policy, random clicks
+(one env call per step, as an RL Agent Loop makes; ``steps_played`` counts them). Runs:
 
 - (a) the pool with K hosts at N, and again at 8 x N;
 - (b) one Ray actor per rollout at N, the actors started and ready before the timer (their
@@ -16,15 +18,16 @@ lognormal latency, median 30 ms, as a browser or a remote desktop would; ``smoke
   of the size, with actors, GCS descriptors, memory and throughput at each point.
 
 (a), (b), (c) and (d) at N are repeated ``runs`` times in rotated order: episodes/s as min /
-median / max, ratios of medians ((a) at 8 x N and the sweep are single runs, for their scale). Figures: Ray actors and processes created, file descriptors held by the
-GCS server and by all Ray processes (read from /proc, peak while running), peak memory of all Ray
-processes, episodes/s.
+median / max, ratios of medians ((a) at 8 x N and the sweep are single runs, for their scale).
+Figures: Ray actors and processes created, file descriptors held by the GCS server and by all
+Ray processes (read from /proc, peak while running), peak memory of all Ray processes, episodes/s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 import threading
 import time
 from collections import defaultdict
@@ -48,9 +51,10 @@ SCREEN = (240, 320)
 
 
 class WorkloadHarness(Harness):
-    """Each step blocks on I/O for a lognormal latency and PNG-encodes a fresh screenshot (CPU);
-    an episode takes ``min_steps`` to ``max_steps`` steps, drawn from its seed; the latency's
-    median is ``io_median_s``."""
+    """Each step blocks on I/O for a lognormal latency and PNG-encodes its screenshot (CPU); an
+    episode takes ``min_steps`` to ``max_steps`` steps, drawn from its seed; the latency's median
+    is ``io_median_s``. Screens look like a GUI's: an episode keeps one window (title bar, panels
+    and buttons drawn from its seed) and each step changes one panel's content, as a click does."""
 
     tasks = ("steps",)
 
@@ -59,12 +63,14 @@ class WorkloadHarness(Harness):
         self._io_median_s = io_median_s
         self._left: int | None = None
         self._rng = np.random.default_rng(0)
+        self._window = np.zeros((*SCREEN, 3), np.uint8)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict]:
         if (options or {}).get("task", "steps") != "steps":
             raise HarnessError(f"unknown task {options['task']!r}; expected 'steps'")
         self._rng = np.random.default_rng(seed)
         self._left = int(self._rng.integers(self._steps[0], self._steps[1] + 1))
+        self._window = gui_window(self._rng)
         return self._observe(), {"task": "steps"}
 
     def step(self, action: Action) -> StepResult:
@@ -80,16 +86,36 @@ class WorkloadHarness(Harness):
             self._left = None
         return self._observe(), float(success), done, False, {"task": "steps", "success": success}
 
-    def oracle(self) -> Action:
-        return Action.click(10, 10)
-
     def close(self) -> None:
         self._left = None
 
     def _observe(self) -> Observation:
-        pixels = self._rng.integers(0, 256, (*SCREEN, 3), dtype=np.uint8)
+        pixels = self._window.copy()
+        top, left = PANELS[int(self._rng.integers(len(PANELS)))]
+        pixels[top : top + 48, left : left + 96] = self._rng.integers(0, 256, (48, 96, 3), dtype=np.uint8)
         encode_image(pixels, "png")  # the CPU half of a step
         return Observation(screenshot=pixels, goal="take the steps")
+
+
+PANELS = ((40, 16), (40, 208), (120, 16), (120, 112), (180, 208))
+"""Top-left corners of the window's content panels (48 x 96 each)."""
+
+
+def gui_window(rng: np.random.Generator) -> np.ndarray:
+    """A ``SCREEN`` of a GUI window: light background, a dark title bar, panels and a row of buttons."""
+    window = np.full((*SCREEN, 3), 236, np.uint8)
+    window[:24] = rng.integers(20, 90, 3, dtype=np.uint8)
+    for top, left in PANELS:
+        window[top : top + 48, left : left + 96] = 250
+    for i in range(5):
+        window[216:232, 16 + 60 * i : 64 + 60 * i] = rng.integers(60, 200, 3, dtype=np.uint8)
+    return window
+
+
+def random_click(rng: random.Random) -> Action:
+    """The policy of every scheme: a click anywhere on the screen (one env call per step, as an
+    RL Agent Loop whose actions come from the model makes)."""
+    return Action.click(rng.randrange(SCREEN[1]), rng.randrange(SCREEN[0]))
 
 
 register("bench-workload", WorkloadHarness)
@@ -102,15 +128,16 @@ class RolloutActor:
     def ready(self) -> int:
         return os.getpid()
 
-    def run(self, seed: int, workload: dict[str, Any]) -> tuple[float, int]:
+    def run(self, seed: int, workload: dict[str, Any]) -> int:
+        """Play episode ``seed``; returns the steps it took."""
         harness = WorkloadHarness(**workload)
         harness.reset(seed=seed)
-        reward, done = 0.0, False
+        rng, steps, done = random.Random(seed), 0, False
         while not done:
-            _, r, done, _, _ = harness.step(harness.oracle())
-            reward += r
+            _, _, done, _, _ = harness.step(random_click(rng))
+            steps += 1
         harness.close()
-        return reward, os.getpid()
+        return steps
 
 
 class RaySampler:
@@ -179,7 +206,8 @@ def _run_pool(n: int, workload: dict[str, Any], total_hosts: int, on_threads: bo
     with RaySampler() as sampler:
         pool = config.build()
         started = time.perf_counter()
-        jobs = [(ScriptedEpisode(seed=i), {"codebase": "bench-workload", "env_settings": workload}) for i in range(n)]
+        episodes = [ScriptedEpisode(seed=i, policy="random", max_steps=workload["max_steps"]) for i in range(n)]
+        jobs = [(episode, {"codebase": "bench-workload", "env_settings": workload}) for episode in episodes]
         outcomes = asyncio.run(pool.run_many(jobs))
         elapsed = time.perf_counter() - started
         hosts = pool.loop.hosts() + [h for env in pool.envs.values() for h in env.hosts()]
@@ -191,6 +219,7 @@ def _run_pool(n: int, workload: dict[str, Any], total_hosts: int, on_threads: bo
         raise RuntimeError(f"pool benchmark: {len(failed)} episodes failed, first: {failed[0].error}")
     return {
         "episodes": n,
+        "steps_played": sum(o.value.steps for o in outcomes),
         "actors": len(hosts),
         "processes": len(pids),
         **{k: sampler.peak[k] for k in ("gcs_fds", "total_fds", "rss_mb")},
@@ -205,13 +234,14 @@ def _run_per_rollout(n: int, workload: dict[str, Any]) -> dict[str, Any]:
         pids = ray.get([actor.ready.remote() for actor in actors])
         startup = time.perf_counter() - started
         started = time.perf_counter()
-        ray.get([actor.run.remote(seed, workload) for seed, actor in enumerate(actors)])
+        steps = ray.get([actor.run.remote(seed, workload) for seed, actor in enumerate(actors)])
         elapsed = time.perf_counter() - started
         for actor in actors:
             ray.kill(actor)
     time.sleep(2.0)  # let the killed actors' processes exit before the next run is sampled
     return {
         "episodes": n,
+        "steps_played": sum(steps),
         "actors": len(actors),
         "processes": len(set(pids)),
         **{k: sampler.peak[k] for k in ("gcs_fds", "total_fds", "rss_mb")},
@@ -227,13 +257,14 @@ def _run_actor_pool(n: int, workload: dict[str, Any], actors: int) -> dict[str, 
         workers = [RolloutActor.remote() for _ in range(actors)]
         pids = ray.get([worker.ready.remote() for worker in workers])
         started = time.perf_counter()
-        list(ActorPool(workers).map_unordered(lambda worker, seed: worker.run.remote(seed, workload), range(n)))
+        steps = list(ActorPool(workers).map_unordered(lambda worker, seed: worker.run.remote(seed, workload), range(n)))
         elapsed = time.perf_counter() - started
         for worker in workers:
             ray.kill(worker)
     time.sleep(2.0)
     return {
         "episodes": n,
+        "steps_played": sum(steps),
         "actors": actors,
         "processes": len(set(pids)),
         **{k: sampler.peak[k] for k in ("gcs_fds", "total_fds", "rss_mb")},

@@ -53,13 +53,18 @@ def plot(curve: Curve, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     for name, points in curve.series.items():
         xs, ys = zip(*sorted(points))
         ax.plot(xs, ys, marker="o", label=name)
     ax.set(title=curve.title, xlabel=curve.x_label, ylabel=curve.y_label)
-    ax.set_xscale("log" if curve.log_x else "linear")
+    if curve.log_x:  # ticks at the measured points, written plainly (2, 4, 16, 64)
+        ax.set_xscale("log")
+        ax.set_xticks(sorted({x for points in curve.series.values() for x, _ in points}))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_yscale("log" if curve.log_y else "linear")
     ax.title.set_fontsize(9)
     ax.grid(alpha=0.3)

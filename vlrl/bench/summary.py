@@ -8,6 +8,7 @@ per-backend or per-layout figure is found wherever it nests) and what each is me
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -102,11 +103,16 @@ def headline_rows(name: str, result: Mapping[str, Any]) -> list[tuple[str, str, 
     flat = flatten(result)
     rows = []
     for pattern, meaning in HEADLINES.get(name, ()):
-        for key in sorted(k for k in flat if fnmatch.fnmatchcase(k, pattern)):
+        for key in sorted((k for k in flat if fnmatch.fnmatchcase(k, pattern)), key=_natural):
             value = flat[key]
             if is_spread(value) or (isinstance(value, (int, float)) and not isinstance(value, bool)):
                 rows.append((name, key, value, meaning))
     return rows
+
+
+def _natural(key: str) -> list:
+    """Sort key putting ``T5`` before ``T15``: digit runs compare as numbers."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", key)]
 
 
 def shown(value: Any) -> str:
