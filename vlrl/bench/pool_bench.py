@@ -17,8 +17,8 @@ episode takes 15 to 50 steps, drawn from its seed (``--size small``: 15 to 30; `
 - (e) ``sweep``: one actor per rollout at growing N, until the machine refuses or the largest N
   of the size, with actors, GCS descriptors, memory and throughput at each point.
 
-(a), (b), (c) and (d) at N are repeated ``runs`` times in rotated order: episodes/s as min /
-median / max, ratios of medians ((a) at 8 x N and the sweep are single runs, for their scale).
+(a) at N and 8 x N, (b), (c) and (d) are repeated ``runs`` times in rotated order: episodes/s as
+min / median / max, ratios of medians (the sweep's points are single runs, for their scale).
 Figures: Ray actors and processes created, file descriptors held by the GCS server and by all
 Ray processes (read from /proc, peak while running), peak memory of all Ray processes, episodes/s.
 """
@@ -301,27 +301,27 @@ def run(size: str) -> dict[str, Any]:
             "per_rollout": lambda: _run_per_rollout(n, workload),
             "actor_pool": lambda: _run_actor_pool(n, workload, actors=hosts),
             "pool_on_loop": lambda: _run_pool(n, workload, total_hosts=hosts, on_threads=False),
+            "pool_8x": lambda: _run_pool(8 * n, workload, total_hosts=hosts, on_threads=True),
         }
         measured: dict[str, list[dict]] = {name: [] for name in schemes}
         for rep in range(runs):
             names = list(schemes)
             for name in names[rep % len(names) :] + names[: rep % len(names)]:
                 measured[name].append(schemes[name]())
-        pool_8x = _run_pool(8 * n, workload, total_hosts=hosts, on_threads=True)
         sweep = _sweep(SIZES[size]["sweep"], workload, {n: measured["per_rollout"][0]})
     finally:
         if started_ray:
             ray.shutdown()
     rate = {name: spread([r["episodes_per_s"] for r in results]) for name, results in measured.items()}
     with_startup = spread([n / (r["startup_s"] + n / r["episodes_per_s"]) for r in measured["per_rollout"]])
-    pool, per_rollout, actor_pool, on_loop = (measured[name][0] for name in schemes)
+    pool, per_rollout, actor_pool, on_loop, pool_8x = (measured[name][0] for name in schemes)
     return {
         "workload": {
             "episodes": n, "steps": list(steps), "io_median_s": workload["io_median_s"], "screen": f"{SCREEN[1]}x{SCREEN[0]}"
         },
         "idle_gcs_fds": idle["gcs_fds"],
         "pool": {**pool, "episodes_per_s": rate["pool"]},
-        "pool_8x": pool_8x,
+        "pool_8x": {**pool_8x, "episodes_per_s": rate["pool_8x"]},
         "per_rollout": {**per_rollout, "episodes_per_s": rate["per_rollout"], "episodes_per_s_with_startup": with_startup},
         "actor_pool": {**actor_pool, "episodes_per_s": rate["actor_pool"]},
         "pool_on_loop": {**on_loop, "episodes_per_s": rate["pool_on_loop"]},
