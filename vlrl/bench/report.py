@@ -42,7 +42,7 @@ def write_report(folder: str | Path, report: dict[str, Any], rows: list[tuple[st
         lines += ["## Failed", "", *(f"- `{name}`: {error}" for name, error in report["failed"].items()), ""]
     if curves:
         lines += ["## Scaling curves", ""]
-        lines += [f"![{curve.title}]({PLOTS}/{path.name})" for curve, path in zip(curves, plots)]
+        lines += [f"![{curve.title}]({PLOTS}/{path.name})\n" for curve, path in zip(curves, plots)]
     (folder / "report.md").write_text("\n".join(lines) + "\n")
     return [folder / "report.json", folder / "report.md", *plots]
 
