@@ -21,11 +21,16 @@ class _Broken(Benchmark):
         return importlib.import_module(self.module).broken
 
 
-def test_all_runs_every_benchmark_tabulates_headlines_and_writes_one_report(monkeypatch, capsys, tmp_path):
+@pytest.fixture
+def fake_benchmarks(monkeypatch):
+    """``vlrl bench`` sees two benchmarks: a working ``pack`` and a ``store`` that fails."""
     monkeypatch.setattr(runner, "BENCHMARKS", {
         "pack": Benchmark("pack", "planner", "tests.bench.fake_benches"),
         "store": _Broken("store", "store", "tests.bench.fake_benches"),
     })  # fmt: skip
+
+
+def test_all_runs_every_benchmark_tabulates_headlines_and_writes_one_report(fake_benchmarks, capsys, tmp_path):
     code = runner.run(argparse.Namespace(name="all", list=False, json=True, size="small", report=str(tmp_path)))
     out = capsys.readouterr().out
     assert code == 1  # one benchmark failed
@@ -53,11 +58,7 @@ class _Rerun(Benchmark):
         return importlib.import_module(self.module).rerun
 
 
-def test_one_benchmark_rerun_replaces_its_figures_in_the_report(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(runner, "BENCHMARKS", {
-        "pack": Benchmark("pack", "planner", "tests.bench.fake_benches"),
-        "store": _Broken("store", "store", "tests.bench.fake_benches"),
-    })  # fmt: skip
+def test_one_benchmark_rerun_replaces_its_figures_in_the_report(fake_benchmarks, monkeypatch, tmp_path):
     runner.run(argparse.Namespace(name="all", list=False, json=False, size="small", report=str(tmp_path)))
     monkeypatch.setattr(runner, "BENCHMARKS", {"pack": _Rerun("pack", "planner", "tests.bench.fake_benches")})
     assert runner.run(argparse.Namespace(name="pack", list=False, json=False, size="small", report=str(tmp_path))) == 0

@@ -155,4 +155,3 @@ def test_vlrl_bench_encode_measures_every_scheme_in_a_four_process_world():
 
     (curve,) = curves_of("encode", result)
     assert {x for points in curve.series.values() for x, _ in points} == {2, 8}
-    assert all(y >= 1 - 1e-9 for points in curve.series.values() for _, y in points)  # nothing beats the bound

@@ -54,7 +54,6 @@ def test_the_external_kk_is_verls_partition_scored_on_the_real_costs():
     # What verl balanced (the scaled ints) is the real costs' balance to 1e-9.
     assert scaled.max() / scaled.mean() == pytest.approx(totals.max() / totals.mean(), abs=1e-9)
     assert result["imbalance_planner"] <= result["imbalance_external_kk"] + 1e-9
-    assert set(result["external_kk_seconds"]) >= {"min", "median", "max"}
 
 
 def test_a_missing_verl_fails_the_bench_naming_the_install(monkeypatch):
@@ -72,7 +71,6 @@ def test_vlrl_bench_pack_meets_the_issue_targets():
     assert result["imbalance_planner"] <= result["imbalance_external_kk"] + 1e-9
     assert result["cp_fetch_ratio_cp2"] <= 1.1 / 2 and result["cp_fetch_ratio_cp4"] <= 1.1 / 4
     assert result["tp_copy_pss_tp"] == 4 and result["tp_copy_pss_ratio"] < 0.75 / 2
-    assert all(r["imbalance_external_kk"] >= r["imbalance_lower_bound"] - 1e-9 for r in result["regimes"])
     # The report plots each DP's regimes: a line per method over sequences per rank.
     from vlrl.bench.curves import curves_of
 

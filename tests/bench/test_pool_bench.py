@@ -20,7 +20,6 @@ def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_the_baselines_me
     played = {name: result[name]["steps_played"] for name in ("pool", "per_rollout", "actor_pool", "pool_on_loop")}
     assert len(set(played.values())) == 1 and played["pool"] >= n * result["workload"]["steps"][0], played
     assert result["pool_8x"]["steps_played"] > 7 * played["pool"]  # 8 x the episodes, each of its own length
-    assert result["pool_8x"]["episodes_per_s"]["runs"] == result["pool"]["episodes_per_s"]["runs"] == 2
     # The GCS holds a descriptor per worker: flat for the pool at 8x the episodes, growing per rollout.
     assert result["gcs_fds_pool_8x"] <= result["gcs_fds_pool"] + 4
     assert result["gcs_fds_per_rollout"] > result["gcs_fds_pool"]

@@ -8,7 +8,6 @@ import sys
 import pytest
 
 from tests.bench.run_bench import run_bench
-from vlrl.bench.store_bench import REPS
 
 
 @pytest.mark.slow
@@ -16,8 +15,6 @@ def test_store_bench_prints_every_backend_and_the_ratios_as_last_json_line():
     result = run_bench("store", size="smoke")
     assert set(result["backends"]) == {"local", "ray", "transferqueue"}
     for name, figures in result["backends"].items():
-        assert figures["put_mb_s"]["runs"] == figures["get_mb_s"]["runs"] == result["row"]["rounds"] == REPS["smoke"], name
-        assert 0 < figures["get_mb_s"]["min"] <= figures["get_mb_s"]["median"] <= figures["get_mb_s"]["max"], name
         # One 4k-token float32 field out of a ~41 MB row; a quarter of it, chunk-rounded.
         assert figures["projection_ratio"] < 0.001, name
         assert figures["range_ratio"] <= figures["projection_ratio"] / 2, name

@@ -98,8 +98,6 @@ def test_vlrl_bench_train_reports_every_layout():
     for name in names:
         # The trainer stepped on every token of the batch once, whatever the layout splits.
         assert result["real_tokens"][name] == batch["workload_tokens"] == sum(batch["sequence_tokens"]), name
-        timings = result["step_s"][name]
-        assert timings["runs"] == size.steps and 0 < timings["min"] <= timings["median"] <= timings["max"], name
         # Activations, gradients and optimizer state are allocated above the pre-step baseline ...
         assert result["mem_above_baseline_mb"][name] > 0 and result["pss_above_baseline_mb"][name] > 0, name
         # ... and a longer sequence needs more of them (the probes: shortest, then longest alone).

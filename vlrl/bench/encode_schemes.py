@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from vlrl.pack import Layout
-from vlrl.train.encode_step import EncodeStats, StepEncoder
+from vlrl.train.encode_step import StepEncoder
 from vlrl.train.pixel_fetch import fetch_pixels
 from vlrl.train.step_images import StepImages
 
@@ -41,7 +41,6 @@ class Schemes:
         self.items = {item.content_hash: item for item in images.items}  # distinct, first-seen order
         self.hashes = list(self.items)
         self.costs = np.array([encoder.cost(self.items[h]) for h in self.hashes])
-        self.last_stats = EncodeStats()
         dp = layout.coords(rank).dp
         self._replica = [r for r in range(layout.world_size) if layout.coords(r).dp == dp]  # CP x TP ranks
         self._group = groups[dp]
@@ -50,7 +49,6 @@ class Schemes:
 
     def planner(self) -> list[torch.Tensor]:
         encoded = self.step_encoder.encode(self.images)
-        self.last_stats = encoded.stats
         return [encoded.embeddings(i) for i in range(len(self.images.micro_batches))]
 
     def token_owner(self) -> list[torch.Tensor]:
