@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult
 
+from harnesses.desktop.elements import elements
 from harnesses.desktop.interaction import apply
 from harnesses.desktop.render import render
 from harnesses.desktop.scene import Scene
@@ -94,4 +95,5 @@ class DesktopHarness(Harness):
         return self._task
 
     def _observe(self) -> Observation:
-        return Observation(screenshot=render(self._task.scene), goal=self._task.goal)
+        scene = self._task.scene
+        return Observation(screenshot=render(scene), goal=self._task.goal, elements=elements(scene))

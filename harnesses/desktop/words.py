@@ -1,5 +1,7 @@
 """Label pools the families draw from: short, distinct words that fit small widgets."""
 
+import re
+
 APPS = (
     "Notes", "Mail", "Photos", "Music", "Calendar", "Files", "Editor", "Browser", "Terminal", "Settings",
     "Maps", "Weather", "Clock", "Chat", "Paint", "Tasks", "Contacts", "Camera", "Calculator", "News",
@@ -89,3 +91,14 @@ COLORS = (
 )  # fmt: skip
 """Icon colours: saturated enough to read on every wallpaper."""
 FOLDER_COLOR = (235, 190, 70)
+
+
+
+def vocabulary() -> tuple[str, ...]:
+    """Every word of the label pools (letters only, sorted): the words a tokenizer should hold
+    whole for these tasks (``TinyModel.words``)."""
+    texts = [*APPS, *BUTTONS, *FIELDS, *VALUES, *OPTIONS, *SLIDERS, *FIRST_NAMES, *LAST_NAMES, *DOMAINS, *FORMS]
+    texts += [*CONSENTS, *FILES, *FOLDERS, *FILE_ACTIONS]
+    texts += [text for title, message, buttons in DIALOGS for text in (title, message, *buttons)]
+    texts += [text for pool in (MENUS, LISTS) for title, items in pool.items() for text in (title, *items)]
+    return tuple(sorted({word for text in texts for word in re.findall(r"[A-Za-z]+", text)}))

@@ -59,9 +59,10 @@ def runtime(processor):
     return LoopRuntime(client=None, tokenizer=processor.tokenizer, patch_rule=patch_rule_of(processor), store=LocalStore())
 
 
-def _run(runtime, source, seed, grid=7):
+def _run(runtime, source, seed, grid=7, grounding=0):
     harness = DesktopHarness(**source.env.as_kwargs())
-    return asyncio.run(DemoEpisode(source, seed=seed, point_grid=grid).run(_Context(runtime, harness)))
+    episode = DemoEpisode(source, seed=seed, point_grid=grid, grounding=grounding)
+    return asyncio.run(episode.run(_Context(runtime, harness)))
 
 
 def test_a_demonstration_is_one_sequence_whose_loss_tokens_are_the_written_reply(runtime, processor):
@@ -99,3 +100,31 @@ def test_an_episode_the_written_replies_do_not_solve_is_dropped(runtime):
     result = _run(runtime, source, seed=3, grid=200)  # points rounded to 0: the click misses
     assert result.metas == () and "did not succeed" in result.reason
     assert runtime.store.stats().keys == 0
+
+
+def test_grounding_demonstrations_click_the_named_element_of_each_demonstrated_screen(runtime, processor):
+    source = _source(["select-menu"], distractors=0)
+    harness = DesktopHarness(**source.env.as_kwargs())
+    screens = [harness.reset(seed=3)[0]]
+    screens.append(harness.step(harness.oracle())[0])  # the opened menu: its items are elements now
+    result = _run(runtime, source, seed=3, grounding=3)
+    task, *grounding = result.metas
+    assert task.turns == 2 and len(grounding) == 2 + 3  # the menu bar shows two menus, the popup more
+    screen = runtime.screen_map(160, 120)
+    for meta in grounding:
+        row = runtime.store.get([meta.key])[meta.key]
+        prompt = processor.tokenizer.decode(row["token_ids"][~row["loss_mask"]].tolist(), skip_special_tokens=True)
+        label = prompt.split('Click "')[1].split('".')[0]
+        reply = processor.tokenizer.decode(row["token_ids"][row["loss_mask"]].tolist(), skip_special_tokens=True)
+        click = PARSERS["qwen25vl"].parse(reply, screen)
+        turn = int(meta.key.split("#")[1].split("/")[0])
+        (element,) = [e for e in screens[turn].elements if e.label == label]
+        assert meta.turns == 1 and element.contains(click.x, click.y)
+    labels = [runtime.store.get([m.key])[m.key]["token_ids"].tolist() for m in grounding]
+    assert len({tuple(ids) for ids in labels}) == len(grounding)  # different elements, or screens
+
+
+def test_grounding_keys_are_written_only_with_a_kept_demonstration(runtime):
+    source = _source(["select-menu"], max_turns=2, distractors=0)
+    result = _run(runtime, source, seed=3, grid=200, grounding=3)  # rounded to 0: no click lands
+    assert result.metas == () and runtime.store.stats().keys == 0

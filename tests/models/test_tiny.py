@@ -92,3 +92,27 @@ def test_the_two_towers_take_the_sizes_asked_and_still_run(name, tmp_path):
     assert logits.shape[-1] == text.vocab_size and torch.isfinite(logits).all()
     with pytest.raises(ConfigError, match="hidden_size"):
         TinyModel(family=name, hidden_size=48).check()
+
+
+def test_words_become_single_tokens_and_the_point_grid_stays_one_token_per_coordinate(tmp_path):
+    from harnesses.desktop.words import vocabulary
+
+    words = vocabulary()
+    path = build_tiny("qwen2_vl", tmp_path / "words", words=words)
+    tokenizer = AutoProcessor.from_pretrained(path).tokenizer
+    plain = AutoProcessor.from_pretrained(build_tiny("qwen2_vl", tmp_path / "plain")).tokenizer
+    split = [v for w in words for v in (w, f" {w}", w.lower(), f" {w.lower()}") if len(tokenizer.encode(v)) != 1]
+    assert split == []
+    assert sum(len(plain.encode(f" {w}")) > 1 for w in words) > len(words) / 2  # what the words change
+    for tok in (tokenizer, plain):
+        assert [n for n in range(0, 218, 7) for v in (str(n), f" {n}") if len(tok.encode(v)) != 1] == []
+    goal = 'name "Kira Ito", email "kira@mail.io"'
+    assert tokenizer.decode(tokenizer.encode(goal)) == goal
+
+
+def test_words_must_be_letters():
+    from vlrl.config import ConfigError
+    from vlrl.models import TinyModel
+
+    with pytest.raises(ConfigError, match="words"):
+        TinyModel(words=("mail.io",)).check()

@@ -5,7 +5,7 @@ from vlrl.harness.actions import ACTION_KINDS, NAMED_KEYS, Action, ActionKind
 from vlrl.harness.base import Harness, StepResult
 from vlrl.harness.checker import HarnessContractError, check_harness
 from vlrl.harness.errors import ActionError, HarnessError
-from vlrl.harness.observation import Observation
+from vlrl.harness.observation import Element, Observation
 from vlrl.harness.registry import make, register, registered, resolve
 from vlrl.harness.settings import int_setting, task_names
 
@@ -15,6 +15,7 @@ __all__ = [
     "Action",
     "ActionError",
     "ActionKind",
+    "Element",
     "Harness",
     "HarnessContractError",
     "HarnessError",

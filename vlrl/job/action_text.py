@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from vlrl.harness import Action
 from vlrl.rollout.parsers import PARSERS, ScreenMap
 from vlrl.rollout.parsers.base import DEFAULT_WAIT_S, NORMALISED_MAX
+from vlrl.rollout.protocol import GenerateResult
 
 FORMATS = ("qwen25vl", "qwen3vl", "pyautogui")
 """Action formats a demonstration can be written in."""
@@ -36,6 +39,13 @@ def demo_reply(action: Action, action_format: str, screen: ScreenMap, *, grid: i
     the strict parser reads from it (``action`` up to pixel rounding and ``grid``)."""
     text = action_text(action, action_format, screen, grid=grid)
     return text, PARSERS[action_format].parse(text, screen)
+
+
+def demo_answer(reply: str, tokenizer, stop_token: int, request_id: str) -> GenerateResult:
+    """``reply`` as an engine would have answered it: its ids and the stop token, with zero
+    logprobs (no sampling policy: the warm start's likelihood loss reads none)."""
+    ids = [int(t) for t in tokenizer.encode(reply, add_special_tokens=False)] + [stop_token]
+    return GenerateResult(request_id, np.asarray(ids, np.int32), np.zeros(len(ids), np.float32), "stop", 0, 0, 0)
 
 
 def action_text(action: Action, action_format: str, screen: ScreenMap, *, grid: int = 1) -> str:

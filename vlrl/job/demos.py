@@ -12,20 +12,19 @@ warm start's likelihood loss packs neither (``records.fields_for``).
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Annotated
 
-import numpy as np
-
 from vlrl.config import DataSource, Ge, Gt
 from vlrl.harness import Observation
-from vlrl.job.action_text import demo_reply
+from vlrl.job.action_text import demo_answer, demo_reply
+from vlrl.job.grounding import grounding_trajectories
 from vlrl.pool.episode import Move, Stop, play_episode
 from vlrl.pool.tenant import TenantContext
 from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import LoopRuntime
 from vlrl.rollout.chat import ChatTurn
-from vlrl.rollout.protocol import GenerateResult
 from vlrl.rollout.screen_history import ScreenHistory
 from vlrl.rollout.trajectory import Trajectory
 
@@ -57,6 +56,12 @@ class WarmStart:
     seed: Annotated[int, Ge(0)] = DEMO_SEED_BASE
     """Task seed of the first demonstration."""
 
+    grounding: Annotated[int, Ge(0)] = 0
+    """Grounding demonstrations per demonstrated turn (``job.grounding``): one-turn sequences
+    'Click "<label>".' on that turn's screen, each answered by a click on a different labelled
+    element the harness reports (``Observation.elements``; a harness reporting none gives none).
+    They teach a model trained from random weights to find named words on the screen; 0: none."""
+
 
 @dataclass(frozen=True, slots=True)
 class DemoResult:
@@ -72,6 +77,8 @@ class DemoEpisode:
     source: DataSource
     seed: int
     point_grid: int = 1
+    grounding: int = 0
+    """Grounding demonstrations per turn (``WarmStart.grounding``)."""
     sample_index: int = 0
 
     async def run(self, ctx: TenantContext) -> DemoResult:
@@ -83,6 +90,8 @@ class DemoEpisode:
         trajectory = Trajectory(trajectory_id)
         turns: list[ChatTurn] = []
         screens = ScreenHistory(agent, runtime.patch_rule)
+        grounding: list[Trajectory] = []
+        rng = random.Random(self.seed)
 
         async def oracle(obs: Observation, note: str) -> Move:
             action = await env.oracle()
@@ -93,16 +102,27 @@ class DemoEpisode:
                 reply, parsed = demo_reply(action, agent.action_format, screen, grid=self.point_grid)
             except ValueError as error:  # UnwritableAction or ParseError
                 return Stop(f"{action.kind} not writable: {error}"[:120])
-            screen = await ctx.to_thread(screens.add, obs.screenshot)
-            turns.append(ChatTurn(note, (screen.width, screen.height)))
+            screen_image = await ctx.to_thread(screens.add, obs.screenshot)
+            turns.append(ChatTurn(note, (screen_image.width, screen_image.height)))
             shown, images = await ctx.to_thread(screens.shown)
             context = await ctx.to_thread(chat.context, turns, shown)
             trajectory.set_context(context, images)
-            ids = [int(t) for t in runtime.tokenizer.encode(reply, add_special_tokens=False)] + [chat.stop_token_ids[0]]
-            zeros = np.zeros(len(ids), np.float32)  # (T,) no sampling policy: the likelihood loss reads none
-            request_id = f"{trajectory_id}#{len(turns) - 1}"
-            trajectory.add_generated(GenerateResult(request_id, np.asarray(ids, np.int32), zeros, "stop", 0, 0, 0))
-            turns[-1].answer = ids
+            answer = demo_answer(reply, runtime.tokenizer, chat.stop_token_ids[0], f"{trajectory_id}#{len(turns) - 1}")
+            trajectory.add_generated(answer)
+            turns[-1].answer = [int(t) for t in answer.token_ids]
+            if self.grounding:
+                grounding.extend(grounding_trajectories(
+                    obs.elements,
+                    screen_image,
+                    count=self.grounding,
+                    rng=rng,
+                    trajectory_id=f"{trajectory_id}#{len(turns) - 1}",
+                    chat=chat,
+                    tokenizer=runtime.tokenizer,
+                    action_format=agent.action_format,
+                    screen=screen,
+                    point_grid=self.point_grid,
+                ))
             return parsed
 
         episode = await play_episode(env, oracle, seed=self.seed, max_turns=agent.max_turns)
@@ -112,18 +132,20 @@ class DemoEpisode:
             return DemoResult(reason="the demonstrated episode did not succeed")
 
         def write() -> tuple[SeqMeta, ...]:
-            metas = trajectory.finish(
-                runtime.store,
-                key=f"seq/{trajectory_id}",
-                group_id=trajectory_id,
-                source=self.source.name,
-                sample_index=self.sample_index,
-                reward=episode.reward,
-                success=True,
-                finish=episode.finish,
-                patch_rule=runtime.patch_rule,
-                task=episode.task,
-            )
+            metas = []
+            for written in [trajectory, *grounding]:
+                metas += written.finish(
+                    runtime.store,
+                    key=f"seq/{written.trajectory_id}",
+                    group_id=written.trajectory_id,
+                    source=self.source.name,
+                    sample_index=self.sample_index,
+                    reward=episode.reward,
+                    success=True,
+                    finish=episode.finish,
+                    patch_rule=runtime.patch_rule,
+                    task=episode.task,
+                )
             return tuple(metas)
 
         return DemoResult(metas=await ctx.to_thread(write))

@@ -247,7 +247,7 @@ class TrainJob:
         jobs = []
         for source in self.config.sources:
             for k in range(ws.episodes):
-                episode = DemoEpisode(source, seed=ws.seed + k, point_grid=ws.point_grid)
+                episode = DemoEpisode(source, seed=ws.seed + k, point_grid=ws.point_grid, grounding=ws.grounding)
                 jobs.append((episode, {"codebase": source.codebase, "env_settings": source.env.as_kwargs()}))
         s.progress.phase("demonstrations", total=len(jobs), unit="episode")
         outcomes = await asyncio.gather(*(s.progress.counted(s.pool.run(tenant, **kwargs)) for tenant, kwargs in jobs))

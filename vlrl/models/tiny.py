@@ -63,6 +63,12 @@ class TinyModel:
     vision_depth: Annotated[int, Ge(1)] = 2
     """Blocks of the vision tower."""
 
+    words: tuple[str, ...] = ()
+    """Words the tokenizer learns whole (each as written and lower-cased, with and without a
+    leading space), as a real model's tokenizer holds the words of its language: a task's labels
+    and names. Without them the built-in corpus leaves most task words split into bytes, so
+    copying a name out of the goal means copying every byte of it. Letters only."""
+
     def check(self) -> None:
         from vlrl.models.registry import registered
 
@@ -72,6 +78,9 @@ class TinyModel:
             raise ConfigError("hidden_size", self.hidden_size, "a multiple of 32 (heads of 16 dimensions, half as many KV heads)")
         if self.vision_hidden_size % 16:
             raise ConfigError("vision_hidden_size", self.vision_hidden_size, "a multiple of 16 (heads of 16 dimensions)")
+        wrong = next((w for w in self.words if not (isinstance(w, str) and w.isascii() and w.isalpha())), None)
+        if wrong is not None:
+            raise ConfigError("words", wrong, "words of ASCII letters only (split names such as 'mail.io' into 'mail', 'io')")
 
     def build(self, path: Path) -> Path:
         from vlrl.models.registry import family
@@ -89,6 +98,7 @@ class TinyModel:
             layers=self.layers,
             vision_hidden_size=self.vision_hidden_size,
             vision_depth=self.vision_depth,
+            words=self.words,
         )
 
 
@@ -154,6 +164,7 @@ def build_tiny(
     layers: int = 2,
     vision_hidden_size: int = 32,
     vision_depth: int = 2,
+    words: tuple[str, ...] = (),
 ) -> Path:
     """Write a tiny checkpoint of ``family`` (model + processor) to ``path`` and return it.
 
@@ -164,10 +175,11 @@ def build_tiny(
     head's (16 dims) width section by ~1e-4 rad per column, too little to tell image columns
     apart; a model meant to learn where things are on screen wants a small base (10).
     ``hidden_size``/``layers`` and ``vision_hidden_size``/``vision_depth`` size the two towers
-    (heads of 16 dimensions in both).
+    (heads of 16 dimensions in both). ``words`` become single tokens (``TinyModel.words``); the
+    BPE target grows by ``WORD_VOCAB`` per word to make room for them beside the corpus's own.
     """
     path = Path(path)
-    tokenizer = _train_tokenizer(vocab_size)
+    tokenizer = _train_tokenizer(vocab_size + WORD_VOCAB * len(set(words)), words)
     token_id = tokenizer.convert_tokens_to_ids
     text = dict(
         vocab_size=len(tokenizer),
@@ -201,7 +213,14 @@ def build_tiny(
     return path
 
 
-def _train_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+WORD_VOCAB = 6
+"""BPE merges budgeted per ``TinyModel.words`` entry: enough (measured on the desktop harness's
+346 words) for every word variant and every coordinate the point grid writes to stay one token."""
+WORD_REPEATS = 40
+"""Lines per word in the corpus: frequent enough to be merged before rarer corpus pairs."""
+
+
+def _train_tokenizer(vocab_size: int, words: tuple[str, ...] = ()) -> PreTrainedTokenizerFast:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -211,7 +230,7 @@ def _train_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
+    tokenizer.train_from_iterator(_corpus(words), trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         eos_token="<|im_end|>",
@@ -222,8 +241,9 @@ def _train_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     )
 
 
-def _corpus() -> list[str]:
-    """GUI-agent text: action words, numbers as coordinates, JSON tool calls, chat turns."""
+def _corpus(extra: tuple[str, ...] = ()) -> list[str]:
+    """GUI-agent text: action words, numbers as coordinates, JSON tool calls, chat turns; then
+    each ``extra`` word quoted and bare, as written and lower-cased."""
     words = _WORDS.split()
     lines = [" ".join(words[i : i + 12]) for i in range(0, len(words), 12)]
     coordinates = itertools.product(range(0, 400, 7), range(0, 300, 11))
@@ -231,4 +251,6 @@ def _corpus() -> list[str]:
     lines += [f"{verb} the {thing} button" for verb, thing in itertools.product(words[:12], words[12:40])]
     lines += list(_JSON_SNIPPETS) * 20
     lines += [f"<|im_start|>user\n{line}<|im_end|>\n<|im_start|>assistant\n" for line in lines[:200]]
+    for word in sorted(set(extra)):
+        lines += [f'"{word}" {word} "{word.lower()}" {word.lower()}'] * WORD_REPEATS
     return lines

@@ -9,7 +9,8 @@ receiver dropped tiles) asks the host to ``resend`` the screen whole.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from vlrl.harness import Observation
 from vlrl.mm import content_hash
@@ -25,24 +26,20 @@ class ShippedObservation:
     """An observation whose screenshot travels as tiles."""
 
     screen: TiledImage
-    goal: str | None
-    a11y_tree: str | None
-    url: str | None
-    state_key: str | None
+    rest: dict[str, Any]
+    """Every other field of the observation, as it was."""
 
     @classmethod
     def of(cls, obs: Observation, sender: TileSender) -> ShippedObservation:
         screen = sender.encode(content_hash(obs.screenshot), obs.screenshot)
-        return cls(screen, obs.goal, obs.a11y_tree, obs.url, obs.state_key)
+        return cls(screen, {f.name: getattr(obs, f.name) for f in fields(obs) if f.name != "screenshot"})
 
     def observation(self, receiver: TileReceiver) -> Observation | None:
         """The observation, or None when ``receiver`` lacks some of its tiles."""
         pixels = receiver.assemble(self.screen)
         if pixels is None:
             return None
-        return Observation(
-            screenshot=pixels, goal=self.goal, a11y_tree=self.a11y_tree, url=self.url, state_key=self.state_key
-        )
+        return Observation(screenshot=pixels, **self.rest)
 
 
 def new_receiver() -> TileReceiver:
