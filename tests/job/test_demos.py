@@ -128,3 +128,12 @@ def test_grounding_keys_are_written_only_with_a_kept_demonstration(runtime):
     source = _source(["select-menu"], max_turns=2, distractors=0)
     result = _run(runtime, source, seed=3, grid=200, grounding=3)  # rounded to 0: no click lands
     assert result.metas == () and runtime.store.stats().keys == 0
+
+
+def test_a_goal_repeated_every_turn_is_in_every_turn_of_the_demonstration(runtime, processor):
+    for repeat, count in ((False, 1), (True, 2)):
+        source = _source(["select-menu"], distractors=0)
+        source.agent.goal_every_turn = repeat
+        (meta,) = _run(runtime, source, seed=3 + repeat).metas
+        text = processor.tokenizer.decode(runtime.store.get([meta.key])[meta.key]["token_ids"].tolist())
+        assert meta.turns == 2 and text.count('from the ') == count, text

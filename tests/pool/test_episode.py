@@ -42,3 +42,20 @@ def test_each_move_records_its_reward_and_state_and_they_sum_to_the_episode_rewa
     assert episode.turn_rewards == (0.5, -0.1, -0.1, 0.5, 0.5)
     assert sum(episode.turn_rewards) == episode.reward and episode.success
     assert episode.turn_states == (None, None, None, None, "checkout")  # a refused move stays on its screen
+
+
+def test_the_goal_opens_the_first_note_only_unless_it_is_repeated_every_turn():
+    def notes(repeat_goal):
+        moves = iter([Action.click(1, 0), Action.click(9, 0), Action.click(1, 0), Action.click(1, 0)])
+        seen = []
+
+        async def player(obs, note):
+            seen.append(note)
+            return next(moves)
+
+        asyncio.run(play_episode(Steps(), player, seed=0, max_turns=10, invalid_penalty=0.1, repeat_goal=repeat_goal))
+        return seen
+
+    refused = "Invalid action: off the screen"
+    assert notes(False) == ["go", "", refused, ""]
+    assert notes(True) == ["go", "go", f"{refused}\ngo", "go"]

@@ -79,9 +79,9 @@ def test_engine_serves_the_trainers_weights(ray_session, tiny_path, stored):
 def test_resumed_run_matches_the_uninterrupted_run(ray_session, tiny_path, stored, tmp_path):
     work, store_config = stored
     batches = [work.metas, work.metas[:4], work.metas[2:]]
-    keys = ("loss", "grad_norm", "entropy", "tokens")
+    keys = ("loss", "grad_norm", "entropy", "tokens", "lr")
 
-    group = group_config(dtype="float64").build(model_path=str(tiny_path), store_config=store_config)
+    group = group_config(dtype="float64", lr_decay_steps=2).build(model_path=str(tiny_path), store_config=store_config)
     try:
         uninterrupted = [group.step(batches[0])]
         group.save(tmp_path / "ckpt", {"driver": {"version": 1}})
@@ -90,7 +90,7 @@ def test_resumed_run_matches_the_uninterrupted_run(ray_session, tiny_path, store
     finally:
         group.shutdown()
 
-    resumed_group = group_config(dtype="float64").build(model_path=str(tiny_path), store_config=store_config)
+    resumed_group = group_config(dtype="float64", lr_decay_steps=2).build(model_path=str(tiny_path), store_config=store_config)
     try:
         assert resumed_group.load(tmp_path / "ckpt") == {"driver": {"version": 1}}
         resumed = [resumed_group.step(b) for b in batches[1:]]
@@ -103,6 +103,7 @@ def test_resumed_run_matches_the_uninterrupted_run(ray_session, tiny_path, store
             assert b[key] == a[key], (step, key)
     for name, value in final.items():
         assert torch.equal(value, resumed_final[name]), name
+    assert [m["lr"] for m in uninterrupted] == pytest.approx([1e-3, 0.55e-3, 1e-4])  # cosine to a tenth, then flat
     assert (tmp_path / "ckpt" / "hf" / "model.safetensors").is_file()
     assert Qwen2VLForConditionalGeneration.from_pretrained(str(tmp_path / "ckpt" / "hf")) is not None
 

@@ -59,6 +59,12 @@ class AgentBehaviour:
     max_turns: Annotated[int, Ge(1)] = 10
     """Turns (requests to the policy) per episode."""
 
+    goal_every_turn: bool = False
+    """Restate the goal in every turn's message, not only the first. A model copies a name out of
+    the goal or matches it to the screen through attention; the tiny model's M-RoPE base of 10
+    turns every frequency by more than a radian within a few dozen tokens, so a goal several
+    turns back is out of its reach (measured: ``docs/training.md``)."""
+
     history_images: Annotated[int, Ge(1)] | None = None
     """Screenshots kept whole in the prompt: the last k (older turns keep their text and answers,
     their screenshots as ``older_images`` says), or None for all. With a window, each turn after

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 from vlrl.config import DataSource, Ge, Gt
 from vlrl.harness import Observation
@@ -48,6 +48,10 @@ class WarmStart:
 
     lr: Annotated[float, Gt(0)] = 3e-3
     """AdamW learning rate of the warm start (the RL stage keeps its own)."""
+
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    """``cosine``: the rate falls from ``lr`` to a tenth of it over ``steps``
+    (``Trainer.Config.lr_decay_steps``)."""
 
     point_grid: Annotated[int, Ge(1)] = 7
     """Demonstrated points are rounded to multiples of this many pixels of the model's image (1:
@@ -125,7 +129,7 @@ class DemoEpisode:
                 ))
             return parsed
 
-        episode = await play_episode(env, oracle, seed=self.seed, max_turns=agent.max_turns)
+        episode = await play_episode(env, oracle, seed=self.seed, max_turns=agent.max_turns, repeat_goal=agent.goal_every_turn)
         if episode.stopped:
             return DemoResult(reason=episode.stopped)
         if not episode.success:

@@ -156,9 +156,15 @@ class JobSession:
 
     # -- trainer, checkpoints, state
 
-    def trainer_group(self, model_path: str, *, lr: float | None = None, loss: PolicyLoss.Config | None = None) -> TrainerGroup:
+    def trainer_group(
+        self, model_path: str, *, lr: float | None = None, loss: PolicyLoss.Config | None = None, lr_decay_steps: int | None = None
+    ) -> TrainerGroup:
+        """A trainer group on ``model_path`` with the run's trainer config, or with the warm
+        start's ``lr``, ``loss`` and ``lr_decay_steps`` in its place."""
         base = self.config.trainer.trainer
         trainer = replace(base, lr=base.lr if lr is None else lr, loss=base.loss if loss is None else loss)
+        if lr_decay_steps is not None:
+            trainer = replace(trainer, lr_decay_steps=lr_decay_steps)
         return replace(self.config.trainer, trainer=trainer).build(model_path=model_path, store_config=self.config.store)
 
     async def push_weights(self, group: TrainerGroup, version: int) -> None:

@@ -220,7 +220,8 @@ class TrainJob:
         ws = self.config.warm_start
         demos = await self._demonstrations(s, ws)
         s.progress.phase("warm-start", total=ws.steps, unit="step")
-        group = s.trainer_group(s.model_path, lr=ws.lr, loss=PolicyLoss.Config(kind="sft"))
+        decay = ws.steps if ws.lr_schedule == "cosine" else 0
+        group = s.trainer_group(s.model_path, lr=ws.lr, loss=PolicyLoss.Config(kind="sft"), lr_decay_steps=decay)
         try:
             order: list[SeqMeta] = []
             rng = random.Random(ws.seed)

@@ -38,8 +38,9 @@ class Stop:
 
 Move = Action | Invalid | Stop
 Player = Callable[[Observation, str], Awaitable[Move]]
-"""``(observation, note) -> move``. The note is the goal on the first turn, empty after a step,
-and ``Invalid action: ...`` after a reply or action that was refused."""
+"""``(observation, note) -> move``. The note is the goal on the first turn, empty after a step
+(the goal again under ``repeat_goal``), and ``Invalid action: ...`` after a reply or action that
+was refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,14 +76,18 @@ async def play_episode(
     options: dict[str, Any] | None = None,
     max_turns: int,
     invalid_penalty: float | None = None,
+    repeat_goal: bool = False,
 ) -> Episode:
     """Play one episode of ``env`` from ``reset(seed, options)``: at most ``max_turns`` moves.
 
     ``invalid_penalty``: what an invalid reply or a refused action costs; None for a player that
-    never makes one (a scripted policy), whose ``ActionError`` then propagates as the bug it is."""
+    never makes one (a scripted policy), whose ``ActionError`` then propagates as the bug it is.
+    ``repeat_goal``: every turn's note ends with the goal (``AgentBehaviour.goal_every_turn``)."""
     obs, info = await env.reset(seed=seed, options=options)
     task = str(info.get("task") or (options or {}).get("task") or "")
-    reward, success, finish, note = 0.0, False, "max_turns", obs.goal or ""
+    goal = obs.goal or ""
+    later = goal if repeat_goal else ""
+    reward, success, finish, note = 0.0, False, "max_turns", goal
     actions: list[Action] = []
     turn_rewards: list[float] = []
     turn_states: list[str | None] = []
@@ -102,12 +107,12 @@ async def play_episode(
                 raise
             reward -= invalid_penalty
             turn_rewards.append(-invalid_penalty)
-            note = f"Invalid action: {error}"
+            note = "\n".join(filter(None, (f"Invalid action: {error}", later)))
             continue
         actions.append(move)
         reward += step_reward
         turn_rewards.append(float(step_reward))
-        note = ""
+        note = later
         if terminated or truncated:
             finish = "done" if terminated else "truncated"
             success = bool(info.get("success", step_reward > 0))

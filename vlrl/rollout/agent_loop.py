@@ -108,6 +108,7 @@ class AgentLoop:
                 options={"task": self.task} if self.task else None,
                 max_turns=agent.max_turns,
                 invalid_penalty=agent.format_penalty,
+                repeat_goal=agent.goal_every_turn,
             )
         finally:
             await runtime.client.end_trajectory(trajectory_id)

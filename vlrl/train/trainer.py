@@ -17,6 +17,7 @@ Non-finite losses and gradient norms stop every rank together with the micro-bat
 from __future__ import annotations
 
 import copy
+import math
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -34,7 +35,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from encoders.protocol import VisionEncoder
 from encoders.spec import ENCODER_DIR, STATE_PREFIX, EncoderSpec, ResolvedEncoder
 from vlrl.atomic import atomic_path, fsync
-from vlrl.config import ConfigError, Ge, Gt
+from vlrl.config import ConfigError, Ge, Gt, Le
 from vlrl.pack import Layout, MicroBatchPlanner, PackedWindow, new_tp_group, packer_for_rank
 from vlrl.pack.packed import PAD_SEGMENT_ID
 from vlrl.pack.packer import PackError
@@ -66,6 +67,12 @@ class Trainer:
         """Parameter and compute dtype."""
         lr: Annotated[float, Gt(0)] = 1e-5
         """AdamW learning rate."""
+        lr_decay_steps: Annotated[int, Ge(0)] = 0
+        """Steps over which the learning rate falls from ``lr`` to ``lr_min_ratio * lr`` along a
+        cosine, then stays there; 0: ``lr`` throughout. A high rate learns fast but leaves the
+        loss at its noise floor; decaying it lets a fixed budget of steps settle."""
+        lr_min_ratio: Annotated[float, Ge(0), Le(1)] = 0.1
+        """The decayed rate's share of ``lr`` (``lr_decay_steps``)."""
         weight_decay: Annotated[float, Ge(0)] = 0.0
         """AdamW decoupled weight decay."""
         betas: tuple[float, float] = (0.9, 0.999)
@@ -161,6 +168,7 @@ class Trainer:
         ``min_version`` carry no loss (``stale_tokens``). Collective."""
         start = time.perf_counter()
         metrics = self.forward_backward(metas, min_version)
+        metrics["lr"] = self.lr_at(self.step_count)
         metrics["grad_norm"] = self.apply_gradients()
         metrics["step"] = self.step_count
         metrics["step_s"] = time.perf_counter() - start
@@ -308,10 +316,20 @@ class Trainer:
         """Clip by the global gradient norm, take the optimizer step, clear the gradients; returns
         the norm before clipping."""
         norm = self._clip_gradients()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.step_count)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step_count += 1
         return norm
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of optimizer step ``step`` (0-based)."""
+        c = self.config
+        if not c.lr_decay_steps:
+            return c.lr
+        progress = min(1.0, step / c.lr_decay_steps)
+        return c.lr * (c.lr_min_ratio + (1 - c.lr_min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
     def _clip_gradients(self) -> float:
         backbone = [p.grad for p in self.model.backbone_parameters() if p.grad is not None]
