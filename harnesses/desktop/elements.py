@@ -18,7 +18,7 @@ LABELLED = (Button, Checkbox, Icon, Menu)
 
 
 def elements(scene: Scene) -> tuple[Element, ...]:
-    found: list[Element] = []
+    found: list[Element | None] = []
     if scene.popup is not None:
         found += [_element(scene, item, scene.popup.item_rect(item)) for item in scene.popup.items]
     widgets = [w for window in scene.open_windows() for w in window.widgets] + scene.icons

@@ -17,7 +17,6 @@ Non-finite losses and gradient norms stop every rank together with the micro-bat
 from __future__ import annotations
 
 import copy
-import math
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -44,6 +43,7 @@ from vlrl.store import StoreError
 from vlrl.train.checkpoint_io import TRAINER_FILE, load_sharded, load_trainer_file, save_trainer_file
 from vlrl.train.encode_step import StepEncoder
 from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss, token_logprobs_and_entropy
+from vlrl.train.lr_schedule import lr_at
 from vlrl.train.mrope import sequence_mrope
 from vlrl.train.packed_attention import PackedMask
 from vlrl.train.parallel import Parallel
@@ -69,8 +69,7 @@ class Trainer:
         """AdamW learning rate."""
         lr_decay_steps: Annotated[int, Ge(0)] = 0
         """Steps over which the learning rate falls from ``lr`` to ``lr_min_ratio * lr`` along a
-        cosine, then stays there; 0: ``lr`` throughout. A high rate learns fast but leaves the
-        loss at its noise floor; decaying it lets a fixed budget of steps settle."""
+        cosine, then stays there (``train.lr_schedule``); 0: ``lr`` throughout."""
         lr_min_ratio: Annotated[float, Ge(0), Le(1)] = 0.1
         """The decayed rate's share of ``lr`` (``lr_decay_steps``)."""
         weight_decay: Annotated[float, Ge(0)] = 0.0
@@ -326,10 +325,7 @@ class Trainer:
     def lr_at(self, step: int) -> float:
         """The learning rate of optimizer step ``step`` (0-based)."""
         c = self.config
-        if not c.lr_decay_steps:
-            return c.lr
-        progress = min(1.0, step / c.lr_decay_steps)
-        return c.lr * (c.lr_min_ratio + (1 - c.lr_min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+        return lr_at(step, c.lr, decay_steps=c.lr_decay_steps, min_ratio=c.lr_min_ratio)
 
     def _clip_gradients(self) -> float:
         backbone = [p.grad for p in self.model.backbone_parameters() if p.grad is not None]
