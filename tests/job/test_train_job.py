@@ -35,6 +35,8 @@ def test_the_small_recipe_trains_end_to_end_then_resumes(ray_session, tmp_path, 
     assert SUMMARY_KEYS <= set(printed) and printed["steps"] == summary["steps"] == 2
     assert summary["store_keys_left"] == 0
     assert summary["groups"]["trained"] == 4 and summary["groups"]["pending"] == 0
+    groups = summary["groups"]  # every group that left untrained is there with its reason
+    assert sum(groups["reasons"].values()) >= groups["rejected"] + groups["dropped"] + groups["failed"]
     for name in ("reward", "pass_rate", "episode_length", "entropy", "throughput", "overview", "episodes"):
         assert (run_dir / "plots" / f"{name}.png").stat().st_size > 0
     records = read_metrics(run_dir)

@@ -62,6 +62,10 @@ class RunState:
     """Last RL checkpoint, '' before the first."""
     success: dict[str, float] = field(default_factory=dict)
     """Held-out success by evaluation tag ('chance', 'base', 'warm', 'step10', ...)."""
+    group_reasons: dict[str, int] = field(default_factory=dict)
+    """Groups the driver let go untrained, and its own faults, by reason ('rejected: pass rate
+    above max', 'failed: 1 trajectory(ies) error: ...'): counted across a resume, and written to
+    ``summary.json``, so a run says why its groups left."""
 
 
 

@@ -276,7 +276,7 @@ class TrainJob:
                 await asyncio.to_thread(group.load, state.checkpoint)
             if state.version > s.engine_version:  # a resumed run: the fresh engines hold the base weights
                 await s.push_weights(group, state.version)
-            generated_before = state.generated
+            generated_before, reasons_before = state.generated, Counter(state.group_reasons)
             grader = None if s.teacher is None else TeacherScorer(EngineTeacher(s.teacher), s.store)
             driver = Driver(
                 config.driver,
@@ -293,12 +293,14 @@ class TrainJob:
                 while state.step < config.steps:
                     await self._rl_step(s, state, driver, group)
                     state.generated = generated_before + driver.book.generated
+                    state.group_reasons = dict(reasons_before + driver.book.reasons)
                     if should_checkpoint(state.step, config.checkpoint_every, config.steps):
                         state.next_seeds, state.open_seeds = driver.seeds.next_seeds, driver.seeds.open_seeds()
                         await self._checkpoint(s, state, group)
             finally:
                 await driver.close()
                 state.generated = generated_before + driver.book.generated
+                state.group_reasons = dict(reasons_before + driver.book.reasons)
         finally:
             group.shutdown()
 
@@ -410,7 +412,7 @@ def _summary(config: TrainJob.Config, state: RunState, s: JobSession, wall_s: fl
         "wall_s": round(wall_s, 1),
         "sources": per_source,
         "eval_episodes_per_source": config.eval.episodes,
-        "groups": book_metrics_last(records),
+        "groups": {**book_metrics_last(records), "reasons": state.group_reasons},
         "store_keys_left": s.store.stats().keys,
         "run_dir": str(s.run_dir),
         "model": config.model_path,
