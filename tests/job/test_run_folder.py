@@ -71,3 +71,19 @@ def test_with_every_checkpoint_broken_there_is_none(tmp_path):
     with pytest.warns(UserWarning, match="warm-start: unreadable state.json"):
         assert newest_checkpoint(tmp_path) is None
     assert newest_checkpoint(tmp_path / "elsewhere") is None
+
+
+def test_a_run_started_from_a_missing_or_broken_checkpoint_is_refused_naming_the_field(tmp_path):
+    from pathlib import Path
+
+    from vlrl.config import ConfigError, load_recipe
+
+    recipe = Path(__file__).resolve().parents[2] / "examples" / "train_click.py"
+    folder = _checkpoint(tmp_path, "warm-start", 0)
+    assert load_recipe(f"{recipe}:small", [f"start_from={folder}"]).start_from == str(folder)
+    (folder / "trainer.pt").unlink()
+    for start, why in ((folder, "trainer.pt is missing"), (tmp_path / "absent", "no state.json")):
+        with pytest.raises(ConfigError) as caught:
+            load_recipe(f"{recipe}:small", [f"start_from={start}"])
+        assert caught.value.path == "start_from" and "intact checkpoint folder" in str(caught.value)
+        assert why in str(caught.value)

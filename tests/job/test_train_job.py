@@ -13,6 +13,7 @@ import pytest
 from vlrl.cli import main
 from vlrl.config import load_recipe
 from vlrl.job.metrics_log import read_metrics
+from vlrl.job.run_folder import read_checkpoint_state
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -61,6 +62,19 @@ def test_the_small_recipe_trains_end_to_end_then_resumes(ray_session, tmp_path, 
     assert [r["step"] for r in records if r["phase"] == "rl"] == [1, 2, 3]
     assert [r["policy_version"] for r in records if r["phase"] == "rl"][-1] == 4
     assert resumed["store_keys_left"] == 0
+
+    warm_start = run_dir / "checkpoints" / "warm-start"
+    before, source = read_checkpoint_state(warm_start), read_metrics(run_dir)
+    branch_dir = tmp_path / "branch"  # another setting on the same warm start: no demonstrations, no warm start
+    branched = _run("small", branch_dir, "steps=1", f"start_from={warm_start}", "driver.hook.step_credit=StepCredit")
+    records = read_metrics(branch_dir)
+    assert "warm-start" not in [r["phase"] for r in records]
+    assert [r["tag"] for r in records if r["phase"] == "eval"] == ["warm", "final"]
+    assert [r["policy_version"] for r in records if r["phase"] == "rl"] == [2]  # the warm start's weights, pushed
+    warm = [{k: v for k, v in r.items() if k.startswith("eval/")} for r in records + source if r.get("tag") == "warm"]
+    assert warm[0] == warm[1]  # greedy on the same seeds: the warm start's weights reached the engines
+    assert (branch_dir / "checkpoints" / "step-000001").is_dir() and branched["store_keys_left"] == 0
+    assert read_checkpoint_state(warm_start) == before  # the checkpoint it started from, untouched
 
     capsys.readouterr()  # vlrl eval of the finished run: its sources, its newest checkpoint
     assert main(["eval", str(run_dir), "--episodes", "2", "--no-chance", "--screenshots", "0"]) == 0

@@ -101,6 +101,31 @@ def test_writers_that_knew_different_tiles_store_one_image_in_packs_of_their_own
     assert store.stats().keys == 0
 
 
+def test_a_writer_that_loses_an_image_to_another_does_not_name_the_pack_it_dropped(store, monkeypatch):
+    # Two trajectories of a group reach the same second screen. B writes it (all tiles in B's pack)
+    # while A is between finding it absent and writing it; A's pack of the changed tiles goes with
+    # A's references, so A's third screen must not name it.
+    shots = _typing_screens(turns=3)
+    metas = [describe_image(s) for s in shots]
+    a, b = ImageWriter(store), ImageWriter(store)
+    a.put(store, metas[0], shots[0], holder="seq/a/0")
+    real = store.put_shared
+
+    def racing(key, fields, **kwargs):
+        if key == metas[1].store_key:
+            monkeypatch.setattr(store, "put_shared", real)
+            b.put(store, metas[1], shots[1], holder="seq/b/1")
+        return real(key, fields, **kwargs)
+
+    monkeypatch.setattr(store, "put_shared", racing)
+    assert a.put(store, metas[1], shots[1], holder="seq/a/1") is False  # shared B's
+    assert a.put(store, metas[2], shots[2], holder="seq/a/2") is True
+    back = read_images(store, [m.store_key for m in metas])
+    assert all(back[m.store_key].tobytes() == shot.tobytes() for m, shot in zip(metas, shots))
+    store.release([(metas[i].store_key, f"seq/a/{i}") for i in range(3)] + [(metas[1].store_key, "seq/b/1")])
+    assert store.stats().keys == 0
+
+
 def test_a_dead_writers_tiled_images_are_taken_back_whole(store):
     shots = _typing_screens(turns=5)
     _write(store, shots, "seq/dead", writer="run-1")

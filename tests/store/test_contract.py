@@ -243,6 +243,24 @@ def test_a_shared_key_lives_until_its_last_holder_releases_it(store):
     assert store.contains(["k0"]) == [False] and store.stats().keys == 0
 
 
+def test_a_shared_key_another_writer_puts_and_releases_between_share_and_write_is_written(monkeypatch):
+    store = LocalStore()
+    real = store._write
+
+    def racing(key, fields, **kwargs):  # the other writer puts "k" after this one found it absent...
+        monkeypatch.setattr(store, "_write", real)
+        store.put_shared(key, _row(4, seed=9), holder="other")
+        try:
+            return real(key, fields, **kwargs)
+        finally:  # ...and lets it go before this one looks again
+            store.release([(key, "other")])
+
+    monkeypatch.setattr(store, "_write", racing)
+    assert store.put_shared("k", _row(4), holder="mine") is True
+    _same(store.get(["k"])["k"]["token_ids"], _row(4)["token_ids"])
+    assert store.release([("k", "mine")]) == ["k"] and store.stats().keys == 0
+
+
 def test_a_reference_listed_twice_in_one_release_drops_two(store):
     store.put_shared("k1", _row(4), holder="s")
     store.put_shared("k1", _row(4), holder="s")  # one sequence naming the image twice

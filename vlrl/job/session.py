@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from vlrl.config import ConfigError
 from vlrl.control.driver import Driver
 from vlrl.job.evaluate import Annotator
 from vlrl.job.meters import RolloutMeter
@@ -211,6 +212,17 @@ class JobSession:
         """The state of the newest intact checkpoint, or None (then the run starts afresh)."""
         newest = newest_checkpoint(self.run_dir)
         return None if newest is None else RunState(**read_checkpoint_state(newest))
+
+    def branched_state(self, checkpoint: str) -> RunState:
+        """The state of another run's checkpoint (``start_from``) for this fresh run, whose policy
+        must be of this run's model family: its weights load into this run's engines."""
+        state = RunState(**read_checkpoint_state(Path(checkpoint)))
+        family = family_of(state.policy)
+        if family.name != self.family.name:
+            raise ConfigError(
+                "start_from", checkpoint, f"a checkpoint of this run's model family ({self.family.name})", got=f"{family.name} at {state.policy}"
+            )
+        return state
 
     # -- store and what the progress line shows
 

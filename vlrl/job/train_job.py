@@ -42,7 +42,7 @@ from vlrl.job.meters import batch_metrics, book_metrics
 from vlrl.job.metrics_log import read_metrics
 from vlrl.job.plots import EPISODES_DIR
 from vlrl.job.progress import Progress
-from vlrl.job.run_folder import SUMMARY_FILE
+from vlrl.job.run_folder import SUMMARY_FILE, BrokenCheckpoint, read_checkpoint_state
 from vlrl.job.session import JobSession, RunState
 from vlrl.job.tracking import Tracking
 from vlrl.pool.tenant import TenantOutcome, lost_writers
@@ -110,6 +110,12 @@ class TrainJob:
         resume: bool = False
         """Continue the run in ``run_dir`` from its last checkpoint (else the folder starts afresh)."""
 
+        start_from: str = ""
+        """A checkpoint folder of another run (``runs/NAME/checkpoints/warm-start``, or an RL step's)
+        that this fresh run starts from in place of the base evaluation and the warm start: its
+        weights, step and task seeds, so that runs differing in one setting share one warm start.
+        The checkpoint is evaluated first and never changed; ``resume`` prefers this run's own."""
+
         seed: Annotated[int, Ge(0)] = 0
         """Task seed of the first training group of each source."""
 
@@ -142,6 +148,16 @@ class TrainJob:
             except ConfigError as error:
                 raise error.under("driver") from None
             self._check_teacher()
+            if self.start_from:
+                try:
+                    start = read_checkpoint_state(Path(self.start_from))
+                except BrokenCheckpoint as e:
+                    raise ConfigError(
+                        "start_from", self.start_from, "an intact checkpoint folder, such as runs/NAME/checkpoints/warm-start",
+                        hint=str(e),
+                    ) from None
+                if self.steps <= start["step"]:
+                    raise ConfigError("steps", self.steps, f"more than the step of start_from's checkpoint ({start['step']})")
             if self.warm_start is not None:
                 for i, source in enumerate(self.sources):
                     if source.agent.action_format not in FORMATS:
@@ -198,13 +214,16 @@ class TrainJob:
             state = s.resumed_state() if config.resume else None
             if state is not None:
                 s.log.rewind(state.step)
+            branched = state is None and bool(config.start_from)
+            if branched:
+                state = s.branched_state(config.start_from)
             if state is None:
                 state = RunState(policy=s.model_path)
                 await self._maybe_chance(s, state)
                 await self._evaluate(s, state, "base")
                 if config.warm_start is not None:
                     await self._warm_start(s, state)
-            await self._rl(s, state)
+            await self._rl(s, state, evaluate_first=branched)
             await self._evaluate(s, state, "final")
         summary = _summary(config, state, s, time.perf_counter() - started)
         s.log.log(state.step, "summary", summary)
@@ -265,7 +284,9 @@ class TrainJob:
             )
         return demos
 
-    async def _rl(self, s: JobSession, state: RunState) -> None:
+    async def _rl(self, s: JobSession, state: RunState, *, evaluate_first: bool = False) -> None:
+        """``evaluate_first``: evaluate the policy the stage starts from, once the engines hold it
+        (a run started from another run's checkpoint)."""
         config = self.config
         if state.step >= config.steps:
             return
@@ -276,6 +297,8 @@ class TrainJob:
                 await asyncio.to_thread(group.load, state.checkpoint)
             if state.version > s.engine_version:  # a resumed run: the fresh engines hold the base weights
                 await s.push_weights(group, state.version)
+            if evaluate_first:
+                await self._evaluate(s, state, "warm" if state.step == 0 else f"step{state.step}")
             generated_before, reasons_before = state.generated, Counter(state.group_reasons)
             grader = None if s.teacher is None else TeacherScorer(EngineTeacher(s.teacher), s.store)
             driver = Driver(
@@ -343,7 +366,8 @@ class TrainJob:
         await asyncio.to_thread(group.save, path, {"step": state.step, "version": state.version})
         previous, state.checkpoint = state.checkpoint, str(path)
         s.write_state(path, state)
-        if previous and Path(previous).name.startswith("step-") and Path(previous) != path:
+        own = Path(previous).parent == path.parent  # not the checkpoint a branched run started from
+        if previous and own and Path(previous).name.startswith("step-") and Path(previous) != path:
             shutil.rmtree(previous, ignore_errors=True)
 
     async def _evaluate(self, s: JobSession, state: RunState, tag: str) -> EvalResult:

@@ -88,13 +88,14 @@ class ImageWriter:
             raise
         if not wrote:  # another writer stored this image meanwhile, with its own packs
             store.release_held([(p, token) for p in taken])
-        elif not all(store.holds([(p, token) for p in packs])):
+            return False  # the pack this wrote may be gone with those references: not known
+        if not all(store.holds([(p, token) for p in packs])):
             # The image's shard restarted while this wrote: the store dropped the references held
             # for it, so the image must not stay naming packs it does not hold.
             store.release([(key, holder)])
             raise ShardLostError(f"image {key!r}: its index shard restarted while it was written")
         self._known.update({d: (own, slot) for d, slot in slots.items()})
-        return wrote
+        return True
 
 
 def read_images(store: Any, keys: Sequence[str]) -> dict[str, np.ndarray]:

@@ -97,6 +97,11 @@ class RangeRead:
     stop: int
 
 
+SHARED_WRITE_ATTEMPTS = 3
+"""Times ``put_shared`` shares or writes a key that other writers keep putting and releasing
+between its two calls, before it gives up with ``DuplicateWriteError``."""
+
+
 class IndexedStore(ABC):
     """Validation, write-once bookkeeping and I/O accounting over a key index."""
 
@@ -187,15 +192,17 @@ class IndexedStore(ABC):
             raise StoreError(
                 f"store key {key!r}: holds needs holds_as, the holder name its references were taken under"
             )
-        if self._index("share", [key], holder, writer, held_for)[0]:
-            return False
-        try:
-            self._write(key, fields, new_key=True, refs=NewKey(holder, writer, held_for, holds, holds_as))
-            return True
-        except DuplicateWriteError:  # another writer got there between share and put
+        attempts = SHARED_WRITE_ATTEMPTS
+        while True:
             if self._index("share", [key], holder, writer, held_for)[0]:
                 return False
-            raise
+            try:
+                self._write(key, fields, new_key=True, refs=NewKey(holder, writer, held_for, holds, holds_as))
+                return True
+            except DuplicateWriteError:  # another writer put it between share and put (and may have released it since)
+                attempts -= 1
+                if not attempts:
+                    raise
 
     def share(
         self, keys: Sequence[str], holder: str, *, writer: str | None = None, held_for: str | None = None
