@@ -24,6 +24,8 @@ def _documented_commands() -> list[tuple[str, str, list[str]]]:
         for spec, rest in _COMMAND.findall((ROOT / doc).read_text()):
             words = shlex.split(rest)
             overrides = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--set"]
+            # start_from names the checkpoint of a run the docs ran first: not there in a fresh clone
+            overrides = [o for o in overrides if not o.startswith("start_from=")]
             found.append((doc, spec, overrides + (["resume=true"] if "--resume" in words else [])))
     return found
 
