@@ -49,6 +49,7 @@ def test_the_small_recipe_trains_end_to_end_then_resumes(ray_session, tmp_path, 
     assert all(r["train/tis_weight"] > 0 and r["train/ref_kl"] >= 0 for r in rl)
     tags = [r["tag"] for r in records if r["phase"] == "eval"]
     assert tags == ["chance", "base", "warm", "step1", "final"]
+    assert [r["policy_version"] for r in records if r["phase"] == "eval" and r["tag"] != "chance"] == [0, 1, 2, 3]
     assert sorted(p.name.split("-")[0] for p in (run_dir / "episodes").glob("*.png")) == ["base", "final", "warm"]
     assert list((run_dir / "tb").glob("events.out.tfevents.*"))
     state = json.loads((run_dir / "checkpoints" / "step-000002" / "state.json").read_text())
@@ -62,6 +63,9 @@ def test_the_small_recipe_trains_end_to_end_then_resumes(ray_session, tmp_path, 
     assert [r["step"] for r in records if r["phase"] == "rl"] == [1, 2, 3]
     assert [r["policy_version"] for r in records if r["phase"] == "rl"][-1] == 4
     assert resumed["store_keys_left"] == 0
+    again = _run("small", run_dir, "steps=3", "resume=true", *CORRECTIONS)  # finished: evaluated again, not retrained
+    finals = [r for r in read_metrics(run_dir) if r.get("tag") == "final"]
+    assert again["steps"] == 3 and [r["policy_version"] for r in finals] == [3, 4, 4]  # the trained weights, not the base's
 
     warm_start = run_dir / "checkpoints" / "warm-start"
     before, source = read_checkpoint_state(warm_start), read_metrics(run_dir)
@@ -72,7 +76,8 @@ def test_the_small_recipe_trains_end_to_end_then_resumes(ray_session, tmp_path, 
     assert [r["tag"] for r in records if r["phase"] == "eval"] == ["warm", "final"]
     assert [r["policy_version"] for r in records if r["phase"] == "rl"] == [2]  # the warm start's weights, pushed
     warm = [{k: v for k, v in r.items() if k.startswith("eval/")} for r in records + source if r.get("tag") == "warm"]
-    assert warm[0] == warm[1]  # greedy on the same seeds: the warm start's weights reached the engines
+    assert warm[0] == warm[1]  # greedy on the same seeds and weights
+    assert [r["policy_version"] for r in records if r.get("tag") == "warm"] == [1]  # the warm start's, on the engines
     assert (branch_dir / "checkpoints" / "step-000001").is_dir() and branched["store_keys_left"] == 0
     assert read_checkpoint_state(warm_start) == before  # the checkpoint it started from, untouched
 

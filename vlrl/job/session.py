@@ -195,6 +195,19 @@ class JobSession:
             self._pause_totals[replica] = total
         return longest
 
+    async def served_version(self) -> int:
+        """The lowest policy version the engine replicas serve (those that answer): what an
+        evaluation measures. -1 when none answers."""
+        from ray.exceptions import RayError
+
+        versions = []
+        for engine in self.engines:
+            try:
+                versions.append(int(await engine.policy_version.remote()))
+            except RayError:
+                continue
+        return min(versions, default=-1)
+
     def checkpoint_dir(self, name: str) -> Path:
         path = self.run_dir / CHECKPOINTS / name
         shutil.rmtree(path, ignore_errors=True)

@@ -288,7 +288,7 @@ class TrainJob:
         """``evaluate_first``: evaluate the policy the stage starts from, once the engines hold it
         (a run started from another run's checkpoint)."""
         config = self.config
-        if state.step >= config.steps:
+        if state.step >= config.steps and state.version <= s.engine_version:
             return
         s.progress.phase("rl", total=config.steps, unit="step", initial=state.step)
         group = s.trainer_group(state.policy)
@@ -299,6 +299,8 @@ class TrainJob:
                 await s.push_weights(group, state.version)
             if evaluate_first:
                 await self._evaluate(s, state, "warm" if state.step == 0 else f"step{state.step}")
+            if state.step >= config.steps:  # a finished run resumed: its final evaluation needs its weights
+                return
             generated_before, reasons_before = state.generated, Counter(state.group_reasons)
             grader = None if s.teacher is None else TeacherScorer(EngineTeacher(s.teacher), s.store)
             driver = Driver(
@@ -380,7 +382,7 @@ class TrainJob:
                 progress=s.progress,
             )  # fmt: skip
             state.success[tag] = result.success
-            s.log.log(state.step, "eval", {"tag": tag, **result.metrics()})
+            s.log.log(state.step, "eval", {"tag": tag, "policy_version": await s.served_version(), **result.metrics()})
             s.progress.set(eval=result.success)
         return result
 
