@@ -192,13 +192,16 @@ def _add_plot(commands: argparse._SubParsersAction) -> None:
     plot = _add_command(
         commands,
         "plot",
-        "plot a training run",
+        "plot a training run, or compare several",
         "Write the PNG plots of a run folder (reward, pass rate, episode length, entropy, throughput,\n"
         "an overview, and the annotated evaluation episodes) into RUN_DIR/plots, from its metrics.jsonl.\n"
-        "Works on a finished, interrupted or running run.",
-        "examples:\n  vlrl plot runs/train_click",
+        "With several run folders, write one comparison instead: each run's held-out success and\n"
+        "training pass rate over its RL steps (--out). Works on finished, interrupted or running runs.",
+        "examples:\n  vlrl plot runs/train_click\n"
+        "  vlrl plot runs/train_desktop_form runs/train_desktop_form_step_credit --out runs/form.png",
     )
-    plot.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (a training recipe's run_dir)")
+    plot.add_argument("run_dir", metavar="RUN_DIR", nargs="+", help="the run folder(s) (a training recipe's run_dir)")
+    plot.add_argument("--out", help="with several runs: the comparison's PNG (default: compare.png beside them)")
     plot.set_defaults(handler=_plot)
 
 
@@ -312,12 +315,19 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    if not os.path.isdir(args.run_dir):
-        return _fail(f"{args.run_dir}: not a run folder")
-    from vlrl.job.plots import plot_run
+    for run_dir in args.run_dir:
+        if not os.path.isdir(run_dir):
+            return _fail(f"{run_dir}: not a run folder")
+    if args.out and len(args.run_dir) == 1:
+        return _fail("--out: only for a comparison of several run folders")
+    from vlrl.job.plots import plot_comparison, plot_run
 
     try:
-        written = plot_run(args.run_dir)
+        if len(args.run_dir) == 1:
+            written = plot_run(args.run_dir[0])
+        else:
+            out = args.out or os.path.join(os.path.commonpath([os.path.abspath(d) for d in args.run_dir]), "compare.png")
+            written = [plot_comparison(args.run_dir, out)]
     except FileNotFoundError as error:
         return _fail(str(error))
     for path in written:

@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from tests.job.test_metrics_and_plots import _fake_run
 from vlrl.cli import main
@@ -49,6 +50,21 @@ def test_plot_writes_the_plots_of_a_run_folder(tmp_path, capsys):
     assert main(["plot", str(tmp_path)]) == 0
     printed = capsys.readouterr().out.split()
     assert str(tmp_path / "plots" / "overview.png") in printed and len(printed) == 7
+
+
+def test_plot_of_several_runs_writes_their_comparison_beside_them(tmp_path, capsys):
+    for name, steps in (("grpo", 6), ("step_credit", 9)):
+        (tmp_path / name).mkdir()
+        _fake_run(tmp_path / name, steps=steps)
+    assert main(["plot", str(tmp_path / "grpo"), str(tmp_path / "step_credit")]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "compare.png")]
+    assert Image.open(tmp_path / "compare.png").size == (1200, 450)
+    assert not (tmp_path / "grpo" / "plots").exists()  # each run's own plots are not rewritten
+    (tmp_path / "empty").mkdir()
+    assert main(["plot", str(tmp_path / "grpo"), str(tmp_path / "empty"), "--out", str(tmp_path / "x.png")]) == 2
+    assert "empty: no metrics.jsonl records" in capsys.readouterr().err
+    assert main(["plot", str(tmp_path / "grpo"), "--out", str(tmp_path / "x.png")]) == 2
+    assert "only for a comparison" in capsys.readouterr().err
 
 
 def test_plot_refuses_what_is_not_a_run_folder(tmp_path, capsys):

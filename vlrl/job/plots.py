@@ -1,4 +1,5 @@
-"""``vlrl plot RUN_DIR``: PNG plots of a run from its ``metrics.jsonl``, and its episode pictures.
+"""``vlrl plot RUN_DIR``: PNG plots of a run from its ``metrics.jsonl``, and its episode pictures;
+``vlrl plot RUN_A RUN_B ...``: their held-out curves side by side (``plot_comparison``).
 
 Writes into ``RUN_DIR/plots``:
 
@@ -69,6 +70,37 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     if sheet is not None:
         written.append(sheet)
     return written
+
+
+def plot_comparison(run_dirs: list[str | Path], out: str | Path) -> Path:
+    """Write ``out``: the held-out success (from the warm start's, at step 0) and the training pass
+    rate of each run over its RL steps, one colour a run; for runs that differ in one setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (held_out, training) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=100)
+    for run_dir in map(Path, run_dirs):
+        records = read_metrics(run_dir)
+        if not records:
+            raise FileNotFoundError(f"{run_dir}: no metrics.jsonl records to plot (is it a run folder?)")
+        series = _Series(records)
+        evals = [r for r in series.evals if r.get("tag") != "base"]
+        x, y = series._xy(evals, "eval/success")
+        label = f"{run_dir.name} ({y[-1]:.2f})" if y else run_dir.name
+        (line,) = held_out.plot(x, y, marker="o", linewidth=2, label=label)
+        series._line(training, series.rl, "rollout/pass_rate", run_dir.name, color=line.get_color(), alpha=0.8)
+    held_out.set(title="held-out success (last in brackets)", xlabel="RL step", ylabel="success rate", ylim=(-0.02, 1.02))
+    training.set(title="training pass rate (T=1)", xlabel="RL step", ylabel="pass rate", ylim=(-0.02, 1.02))
+    _legend(held_out)
+    _legend(training)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
 
 
 def episode_sheet(run_dir: Path) -> Path | None:
