@@ -106,14 +106,17 @@ def test_advantages_are_in_the_store_for_every_trained_sequence(parts):
         assert (row["advantages"][row["loss_mask"]] == advantage).all() and (row["advantages"][~row["loss_mask"]] == 0).all()
 
 
-def test_failed_trajectories_fail_their_group_and_the_books_balance(parts):
+def test_failed_trajectories_fail_their_group_and_the_books_balance(parts, caplog):
     pool, store = parts
     crashing = replace(A, env=EnvSettings(params={"step_s": 0.01, "crash_seed": 3}))
     driver = Driver(Driver.Config(groups_per_batch=2), [crashing], pool, store, tenant_factory=_factory())
 
-    one_batch(driver)
+    with caplog.at_level("WARNING", logger="vlrl.control.driver"):
+        one_batch(driver)
     book = driver.book
-    assert book.failed == 1 and any("harness exploded" in r or "failed" in r for r in book.reasons)
+    assert book.failed == 1 and any(r.startswith("failed: ") and "EnvCallError" in r for r in book.reasons)
+    (logged,) = [r.getMessage() for r in caplog.records if "failed; its first failed" in r.getMessage()]
+    assert logged.startswith("group a/3 failed") and "harness exploded" in logged  # the whole error, with its group
     assert _balanced(book) and store.stats().keys == 0
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import Tenant, TenantOutcome, lost_writers
 from vlrl.records import AcceptedGroup, Batch, SeqMeta, group_id_of
 from vlrl.store import ShardLostError, StoreError, StoreTimeoutError
+
+log = logging.getLogger(__name__)
 
 STORE_ERRORS = (StoreError, RayError)
 """What the store may raise to the accept-time hook; retried, then the group fails."""
@@ -343,6 +346,7 @@ class Driver:
         failed = [outcome for outcome in outcomes if outcome.status != "ok"]
         if failed:
             self._delete(metas)  # the trajectories that did finish, and their images
+            log.warning("group %s failed; its first failed trajectory's error:\n%s", group_id, failed[0].error)
             self._leave(group_id, "failed", _failure_reason(failed))
             return
         metas = self.replay.join((source.name, seed), group_id, metas, self._version)
