@@ -43,7 +43,7 @@ class Qwen3VL(ModelFamily):
             patch_size=16,
             num_position_embeddings=64,
         )
-        config = Qwen3VLConfig(text_config={**text, "head_dim": 16, "rope_parameters": rope}, vision_config=vision, **tokens)
+        config = Qwen3VLConfig(text_config={**text, "head_dim": text["hidden_size"] // text["num_attention_heads"], "rope_parameters": rope}, vision_config=vision, **tokens)
         images = Qwen2VLImageProcessor(
             patch_size=16,
             image_mean=list(IMAGE_MEAN),

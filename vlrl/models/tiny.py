@@ -15,7 +15,7 @@ import itertools
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -44,15 +44,20 @@ class TinyModel:
     """Largest image area the processor resizes a screenshot to (fewer image tokens below it)."""
 
     rope_theta: Annotated[float, Gt(0)] = 1e6
-    """Base of the language model's M-RoPE (1e6 is the real models'). With the tiny head size of
-    16, a base of 1e6 turns the width section of M-RoPE by about 1e-4 rad per column, so the LLM
-    cannot tell image columns apart; a small base (10) gives every section angles of order 0.1-1
-    rad per position. The weights are random either way."""
+    """Base of the language model's M-RoPE (1e6 is the real models'). With a tiny head (32
+    dimensions, sections of 4/6/6 frequencies), a base of 1e6 turns the width section of M-RoPE
+    by under 1e-3 rad per column, so the LLM cannot tell image columns apart; a small base (10)
+    gives every section angles of order 0.1-1 rad per position. The weights are random either way."""
 
-    hidden_size: Annotated[int, Ge(32)] = 64
-    """Width of the language model: a multiple of 32 (heads of 16 dimensions, half as many KV
-    heads); the MLP is twice as wide. The capacity a task needs is one of the things a learning
-    curve can be limited by (``docs/training.md``, select-menu)."""
+    head_dim: Literal[32, 64] = 32
+    """Dimensions of one attention head of the language model. 32 is the smallest vLLM's CPU
+    attention serves (it takes 32, 64, 80, ... and fails at the first request on 16)."""
+
+    hidden_size: Annotated[int, Ge(64)] = 64
+    """Width of the language model: a multiple of 2 x ``head_dim`` (at least two heads, so
+    tensor parallelism of 2 splits them; half as many KV heads, at least two); the MLP is twice
+    as wide. The capacity a task needs is one of the things a learning curve can be limited by
+    (``docs/training.md``, select-menu)."""
 
     layers: Annotated[int, Ge(1)] = 2
     """Decoder layers of the language model."""
@@ -74,8 +79,10 @@ class TinyModel:
 
         if self.family not in registered():
             raise ConfigError("family", self.family, f"a registered model family, one of {registered()}")
-        if self.hidden_size % 32:
-            raise ConfigError("hidden_size", self.hidden_size, "a multiple of 32 (heads of 16 dimensions, half as many KV heads)")
+        if self.hidden_size % (2 * self.head_dim):
+            raise ConfigError(
+                "hidden_size", self.hidden_size, f"a multiple of {2 * self.head_dim} (at least two heads of head_dim={self.head_dim})"
+            )
         if self.vision_hidden_size % 16:
             raise ConfigError("vision_hidden_size", self.vision_hidden_size, "a multiple of 16 (heads of 16 dimensions)")
         wrong = next((w for w in self.words if not (isinstance(w, str) and w.isascii() and w.isalpha())), None)
@@ -94,6 +101,7 @@ class TinyModel:
             min_pixels=self.min_pixels,
             max_pixels=self.max_pixels,
             rope_theta=self.rope_theta,
+            head_dim=self.head_dim,
             hidden_size=self.hidden_size,
             layers=self.layers,
             vision_hidden_size=self.vision_hidden_size,
@@ -160,6 +168,7 @@ def build_tiny(
     min_pixels: int = 56 * 56,
     max_pixels: int = 224 * 224,
     rope_theta: float = 1e6,
+    head_dim: int = 32,
     hidden_size: int = 64,
     layers: int = 2,
     vision_hidden_size: int = 32,
@@ -172,25 +181,32 @@ def build_tiny(
     (a small corpus may stop short of the target). ``min_pixels``/``max_pixels`` bound the
     resized image as in ``PatchRule``; with Qwen2-VL's 28-pixel merged patches the defaults map a
     320x240 screen to 54 tokens. ``rope_theta`` is the M-RoPE base: the real 1e6 turns the tiny
-    head's (16 dims) width section by ~1e-4 rad per column, too little to tell image columns
-    apart; a model meant to learn where things are on screen wants a small base (10).
+    head's width section by under 1e-3 rad per column, too little to tell image columns apart; a
+    model meant to learn where things are on screen wants a small base (10). ``head_dim`` is the
+    language model's head size (vLLM's CPU attention needs at least 32);
     ``hidden_size``/``layers`` and ``vision_hidden_size``/``vision_depth`` size the two towers
-    (heads of 16 dimensions in both). ``words`` become single tokens (``TinyModel.words``); the
+    (vision heads of 16 dimensions). ``words`` become single tokens (``TinyModel.words``); the
     BPE target grows by ``WORD_VOCAB`` per word to make room for them beside the corpus's own.
     """
     path = Path(path)
     tokenizer = _train_tokenizer(vocab_size + WORD_VOCAB * len(set(words)), words)
     token_id = tokenizer.convert_tokens_to_ids
+    heads = hidden_size // head_dim
+    temporal = head_dim // 8  # the M-RoPE sections (temporal, height, width) sum to head_dim / 2
+    height = (head_dim // 2 - temporal) // 2
     text = dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=layers,
-        num_attention_heads=hidden_size // 16,
-        num_key_value_heads=hidden_size // 32,
+        num_attention_heads=heads,
+        num_key_value_heads=max(heads // 2, min(heads, 2)),  # grouped, yet at least two for TP=2
         max_position_embeddings=4096,
-        # The M-RoPE sections (temporal, height, width) must sum to head_dim / 2 = 8.
-        rope_parameters={"rope_type": "default", "rope_theta": float(rope_theta), "mrope_section": [2, 3, 3]},
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": float(rope_theta),
+            "mrope_section": [temporal, height, head_dim // 2 - temporal - height],
+        },
         bos_token_id=token_id("<|endoftext|>"),
         eos_token_id=token_id("<|im_end|>"),
         pad_token_id=token_id("<|endoftext|>"),
