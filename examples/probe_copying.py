@@ -4,8 +4,8 @@
     python examples/probe_copying.py --family qwen3_vl --rope-theta 100 --lr 1e-3
 
 Form filling fails when the policy types a name it memorised instead of the one the goal names
-(``docs/training.md``, "what limits form filling"). This probe isolates that skill from the rest
-of the task: the prompt is a fill-form goal, a stretch of numbers standing in for the screenshots
+(``docs/lab/training-runs.md``, "what limits form filling"). This probe isolates that skill
+from the rest of the task: the prompt is a fill-form goal, a stretch of numbers standing in for the screenshots
 and earlier turns, and the field to fill; the answer is the ``type`` reply with that field's
 value. It trains the tiny model's language tower on these sequences (likelihood of the answer
 only, batches of 16, AdamW) and prints, as JSON, the share of held-out name pairs whose value it

@@ -17,14 +17,14 @@ one training sequence of ~500 tokens.
 
 The policy is the tiny Qwen3-VL (``tiny.family='qwen3_vl'``, M-RoPE base 100, the task's words
 whole in its tokenizer), not the main job's tiny Qwen2-VL: that one learns every click but types a
-name it memorised, and no base or rate measured let it copy (``docs/training.md``, "what limits
-form filling"; ``examples/probe_copying.py``). The warm start trains on the oracle's six turns
+name it memorised, and no base or rate measured let it copy (``docs/lab/training-runs.md``, "what
+limits form filling"; ``examples/probe_copying.py``). The warm start trains on the oracle's six turns
 written as replies (points on the 7-pixel grid, typed text verbatim) at lr 1e-3; GRPO then trains
 on groups of 8 episodes per form at lr 1e-4. Measured on 2 cores, 100 held-out forms (greedy):
 0.00 before, 0.89 after the warm start (7.6 min), 0.92, 0.94, 0.94 and 0.94 after 5, 10, 15 and
 20 GRPO steps; 788 s in all. RL at the main job's rate (1e-3) ended at 0.80 from the same warm
-start, and step-level credit where GRPO did (``docs/training.md``, "the RL stage after the warm
-start").
+start, and step-level credit where GRPO did (``docs/lab/training-runs.md``, "the RL stage after
+the warm start").
 """
 
 from pathlib import Path
@@ -61,7 +61,7 @@ def recipe() -> TrainJob.Config:
     config.sources = [form_source()]
     config.driver.max_groups_in_flight = 8
     config.warm_start = WarmStart(episodes=512, steps=400, sequences_per_step=16, lr=1e-3, point_grid=7)
-    config.trainer.trainer.lr = 1e-4  # at the warm start's 1e-3, Adam's first steps undo it (docs/training.md)
+    config.trainer.trainer.lr = 1e-4  # at the warm start's 1e-3, Adam's first steps undo it (docs/lab)
     config.steps = 20
     config.eval = Evaluation(episodes=100, every=5)
     return config

@@ -18,9 +18,9 @@ the same budget, 0.255 held-out after the warm start where the main job's settin
 screen, and those that opened the same menu see the same second screen, so their item choices
 are compared with each other apart from the first click.
 
-What limits it (``docs/training.md``, "what limits a two-click task"): the tiny model learns the
-mechanics (it clicks the menu bar, then inside the popup) long before it learns which menu and
-item the goal names. The recipe's warm start, and ones with 4x the parameters or up to 8x the
+What limits it (``docs/lab/training-runs.md``, "what limits a two-click task"): the tiny model
+learns the mechanics (it clicks the menu bar, then inside the popup) long before it learns which
+menu and item the goal names. The recipe's warm start, and ones with 4x the parameters or up to 8x the
 image tokens, land at 0.02-0.15, where a scripted policy that picks menu and item at random gets
 0.124. With 4096 demonstrations it reaches 0.29 after 500 warm-start steps, 0.42 after 1000.
 At that budget a vision tower 4x or 8x as wide (``--set tiny.vision_hidden_size=128``) reaches

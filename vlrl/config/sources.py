@@ -63,7 +63,7 @@ class AgentBehaviour:
     """Restate the goal in every turn's message, not only the first. A model copies a name out of
     the goal or matches it to the screen through attention; the tiny model's M-RoPE base of 10
     turns every frequency by more than a radian within a few dozen tokens, so a goal several
-    turns back is out of its reach (measured: ``docs/training.md``)."""
+    turns back is out of its reach (measured: ``docs/lab/training-runs.md``)."""
 
     history_images: Annotated[int, Ge(1)] | None = None
     """Screenshots kept whole in the prompt: the last k (older turns keep their text and answers,

@@ -57,7 +57,7 @@ class TinyModel:
     """Width of the language model: a multiple of 2 x ``head_dim`` (at least two heads, so
     tensor parallelism of 2 splits them; half as many KV heads, at least two); the MLP is twice
     as wide. The capacity a task needs is one of the things a learning curve can be limited by
-    (``docs/training.md``, select-menu)."""
+    (``docs/lab/training-runs.md``, select-menu)."""
 
     layers: Annotated[int, Ge(1)] = 2
     """Decoder layers of the language model."""
