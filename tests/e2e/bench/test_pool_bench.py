@@ -1,0 +1,36 @@
+"""`vlrl bench pool --json` end to end, in its own process and Ray."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.run_bench import run_bench
+from vlrl.bench.curves import curves_of
+
+
+@pytest.mark.slow
+def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_the_baselines_measured_apart_from_start_up():
+    result = run_bench("pool", size="smoke")
+    n = result["workload"]["episodes"]
+    assert result["actors_pool"] == result["pool_8x"]["actors"] == 4
+    assert result["pool"]["processes"] == result["pool_8x"]["processes"] == 4
+    assert result["actors_per_rollout"] == result["per_rollout"]["processes"] == n
+    assert result["actor_pool"]["processes"] == 4
+    # Every scheme played the same episodes to their end: the same steps in all.
+    played = {name: result[name]["steps_played"] for name in ("pool", "per_rollout", "actor_pool", "pool_on_loop")}
+    assert len(set(played.values())) == 1 and played["pool"] >= n * result["workload"]["steps"][0], played
+    assert result["pool_8x"]["steps_played"] > 7 * played["pool"]  # 8 x the episodes, each of its own length
+    # The GCS holds a descriptor per worker: flat for the pool at 8x the episodes, growing per rollout.
+    assert result["gcs_fds_pool_8x"] <= result["gcs_fds_pool"] + 4
+    assert result["gcs_fds_per_rollout"] > result["gcs_fds_pool"]
+    # One process per rollout holds far more memory than the pool's four hosts.
+    assert result["per_rollout"]["rss_mb"] > 1.5 * result["pool"]["rss_mb"]
+    assert result["thread_offload_ratio"] > 1
+    sweep = result["sweep"]
+    assert [point["episodes"] for point in sweep] == [24, 32]
+    assert all(point["actors"] == point["episodes"] for point in sweep)
+    assert sweep[1]["gcs_fds"] > sweep[0]["gcs_fds"]  # one descriptor (or more) per actor
+    # The report plots the sweep: each curve has a point per N.
+    curves = {curve.name: curve for curve in curves_of("pool", result)}
+    assert curves["sweep_gcs_fds"].series["one actor per rollout"] == [(24, sweep[0]["gcs_fds"]), (32, sweep[1]["gcs_fds"])]
+    assert {"sweep_throughput", "sweep_rss_mb"} <= curves.keys()

@@ -1,0 +1,27 @@
+"""`vlrl bench store --json` end to end, in its own process with its own Ray and TransferQueue."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.run_bench import run_bench
+
+
+@pytest.mark.slow
+def test_store_bench_prints_every_backend_and_the_ratios_as_last_json_line():
+    result = run_bench("store", size="smoke")
+    assert set(result["backends"]) == {"local", "ray", "transferqueue"}
+    for name, figures in result["backends"].items():
+        # One 4k-token float32 field out of a ~41 MB row; a quarter of it, chunk-rounded.
+        assert figures["projection_ratio"] < 0.001, name
+        assert figures["range_ratio"] <= figures["projection_ratio"] / 2, name
+        assert figures["range_over_field"] <= 0.5, name
+
+
+def test_bench_list_names_the_store_benchmark():
+    done = subprocess.run([sys.executable, "-m", "vlrl.cli", "bench", "--list"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("store ")

@@ -1,0 +1,41 @@
+"""``vlrl train examples/train_click.py:small`` on every model family: the tiny build of each
+(``tiny.family``), and a checkpoint folder that transformers' own classes wrote (``model_path``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.hf_checkpoints import build_hf_checkpoint
+from vlrl.cli import main
+from vlrl.config import load_recipe
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+RECIPE = Path(__file__).resolve().parents[3] / "examples" / "train_click.py"
+STEPS = load_recipe(f"{RECIPE}:small", []).steps
+
+
+def _train(capsys, run_dir: Path, *overrides: str) -> dict:
+    """``vlrl train RECIPE:small`` with ``overrides``; its JSON summary (the last line of stdout)."""
+    argv = ["train", f"{RECIPE}:small", "--set", f"run_dir={run_dir}", "--set", "plots=false"]
+    for override in overrides:
+        argv += ["--set", override]
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_the_small_recipe_trains_the_tiny_build_of_a_family(family, ray_session, tmp_path, capsys):
+    summary = _train(capsys, tmp_path / "run", f"tiny.family={family}")
+    assert summary["model_family"] == family
+    assert summary["steps"] == STEPS and summary["store_keys_left"] == 0
+
+
+def test_the_small_recipe_trains_a_transformers_built_checkpoint(ray_session, tmp_path, capsys):
+    path = build_hf_checkpoint("qwen2_5_vl", tmp_path / "checkpoint")
+    summary = _train(capsys, tmp_path / "run", f"model_path={path}")
+    assert summary["model"] == str(path) and summary["model_family"] == "qwen2_5_vl"
+    assert summary["steps"] == STEPS and summary["store_keys_left"] == 0

@@ -1,0 +1,231 @@
+"""The Harness Pool on a real Ray cluster: many tenants per host, least-in-flight placement,
+faults with exact accounting, budget shares and separate pools per codebase."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vlrl.harness import register
+from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode, TenantContext
+
+pytestmark = pytest.mark.ray
+
+register("light", "tests.helpers.light_harness:LightHarness")
+register("light-other", "tests.helpers.light_harness:OtherLightHarness")
+
+
+def _pool(total=4, shares=None, loop=None, env=None, attempts=3) -> HarnessPool:
+    return HarnessPool.Config(
+        budget=HostBudget(total_hosts=total, shares=shares or {"loop": 1, "light": 1}),
+        loop_host=loop or HostConfig(max_tenants=512),
+        env_host=env or HostConfig(max_tenants=512, threads=16),
+        max_attempts=attempts,
+    ).build()
+
+
+@dataclass(frozen=True)
+class Sleeper:
+    """A tenant that only waits, then answers with its host's pid."""
+
+    seconds: float
+    fail: bool = False
+
+    async def run(self, ctx: TenantContext) -> int:
+        await asyncio.sleep(self.seconds)
+        if self.fail:
+            raise ValueError("tenant asked to fail")
+        return await ctx.to_thread(os.getpid)
+
+
+def test_over_500_concurrent_tenants_on_four_hosts(ray_session):
+    ray = ray_session
+    pool = _pool(env=HostConfig(max_tenants=512, threads=32))
+    try:
+        peak = 0
+
+        async def main():
+            nonlocal peak
+            jobs = [(ScriptedEpisode(seed=i), {"codebase": "light", "env_settings": {"step_s": 0.2}}) for i in range(520)]
+            run = asyncio.ensure_future(pool.run_many(jobs))
+            while not run.done():
+                peak = max(peak, sum(pool.loop.in_flight()))
+                await asyncio.sleep(0.05)
+            return await run
+
+        outcomes = asyncio.run(main())
+        assert [o.status for o in outcomes] == ["ok"] * 520
+        assert all(o.value.success for o in outcomes)
+        assert peak >= 500, f"only {peak} tenants were in flight at once"
+        assert pool.book.submitted == pool.book.ok == 520 and pool.book.balanced()
+        # Four actors served 520 concurrent episodes.
+        pids = {ray.get(h.pid.remote()) for h in pool.loop.hosts() + pool.envs["light"].hosts()}
+        assert len(pids) == 4
+    finally:
+        pool.shutdown()
+
+
+def test_least_in_flight_placement_stays_balanced_under_skewed_lengths(ray_session):
+    pool = _pool(total=5, shares={"loop": 4, "light": 1})
+    try:
+        spreads = []
+
+        async def main():
+            tasks = []
+            for i in range(120):
+                # Every 7th tenant runs 15x longer: round-robin would pile them up unevenly.
+                tasks.append(asyncio.ensure_future(pool.run(Sleeper(1.5 if i % 7 == 0 else 0.1))))
+                await asyncio.sleep(0.02)
+                counts = pool.loop.in_flight()
+                spreads.append(max(counts) - min(counts))
+            return await asyncio.gather(*tasks)
+
+        outcomes = asyncio.run(main())
+        assert all(o.status == "ok" for o in outcomes)
+        # Placement keeps hosts within one tenant of each other; completions landing between two
+        # samples (in bursts on a loaded machine) widen single samples, not the typical spread.
+        ordered = sorted(spreads)
+        assert sum(spreads) / len(spreads) <= 2.0 and ordered[int(0.9 * len(ordered))] <= 3, spreads
+        hosts_used = {o.host for o in outcomes}
+        assert hosts_used == {0, 1, 2, 3}
+    finally:
+        pool.shutdown()
+
+
+def test_a_failing_tenant_is_reported_and_its_neighbours_finish(ray_session):
+    pool = _pool()
+    try:
+        jobs = [(Sleeper(0.3, fail=(i == 5)), {}) for i in range(20)]
+        jobs.append((ScriptedEpisode(seed=3), {"codebase": "light", "env_settings": {"crash_seed": 3}}))
+        outcomes = asyncio.run(pool.run_many(jobs))
+        statuses = [o.status for o in outcomes]
+        assert statuses.count("failed") == 2 and statuses.count("ok") == 19
+        assert "ValueError: tenant asked to fail" in outcomes[5].error
+        assert "harness exploded on seed 3" in outcomes[-1].error
+        assert outcomes[5].attempts == 1  # a tenant's own failure is not retried
+        book = pool.book
+        assert (book.submitted, book.ok, book.failed, book.resubmitted) == (21, 19, 2, 0) and book.balanced()
+        # The hosts are alive and serve new tenants.
+        assert asyncio.run(pool.run(Sleeper(0.01))).status == "ok"
+    finally:
+        pool.shutdown()
+
+
+def test_a_tenant_past_its_timeout_is_stopped_and_reported(ray_session):
+    pool = _pool(loop=HostConfig(max_tenants=64, tenant_timeout_s=1.0))
+    try:
+        outcomes = asyncio.run(pool.run_many([(Sleeper(30), {}), (Sleeper(0.1), {}), (Sleeper(0.2), {})]))
+        assert [o.status for o in outcomes] == ["timeout", "ok", "ok"]
+        assert "ran longer than 1 s" in outcomes[0].error
+        assert pool.book.timeout == 1 and pool.book.balanced()
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.parametrize("side", ["loop", "env"])
+def test_a_killed_host_mid_run_loses_no_episode(ray_session, side):
+    ray = ray_session
+    pool = _pool()
+    try:
+
+        async def main():
+            jobs = [(ScriptedEpisode(seed=i), {"codebase": "light", "env_settings": {"step_s": 0.4}}) for i in range(40)]
+            run = asyncio.ensure_future(pool.run_many(jobs))
+            await asyncio.sleep(0.5)
+            victims = pool.loop.hosts() if side == "loop" else pool.envs["light"].hosts()
+            ray.kill(victims[0], no_restart=True)
+            return await run
+
+        outcomes = asyncio.run(main())
+        assert [o.status for o in outcomes] == ["ok"] * 40
+        assert sorted(o.value.seed for o in outcomes) == list(range(40))
+        book = pool.book
+        deaths = book.loop_host_deaths if side == "loop" else book.env_host_deaths
+        assert deaths == 1 and book.resubmitted >= 1
+        assert book.submitted == book.ok == 40 and book.balanced()
+        assert any(o.attempts == 2 for o in outcomes)
+        # The dead host's slot holds a fresh host that works.
+        assert asyncio.run(pool.run(ScriptedEpisode(seed=99), codebase="light")).status == "ok"
+    finally:
+        pool.shutdown()
+
+
+def test_budget_shares_give_the_configured_pool_sizes_and_codebases_get_separate_pools(ray_session, tmp_path):
+    ray = ray_session
+    pool = _pool(total=5, shares={"loop": 2, "light": 2, "light-other": 1})
+    try:
+        assert pool.sizes() == {"loop": 2, "light": 2, "light-other": 1}
+        settings = {"open_dir": str(tmp_path)}
+        jobs = [(ScriptedEpisode(seed=i), {"codebase": "light", "env_settings": settings}) for i in range(6)]
+        jobs += [(ScriptedEpisode(seed=i), {"codebase": "light-other", "env_settings": settings}) for i in range(6)]
+        asyncio.run(pool.run_many(jobs))
+        light = {ray.get(h.pid.remote()) for h in pool.envs["light"].hosts()}
+        other = {ray.get(h.pid.remote()) for h in pool.envs["light-other"].hosts()}
+        loop = {ray.get(h.pid.remote()) for h in pool.loop.hosts()}
+        assert len(light) == 2 and len(other) == 1 and len(loop) == 2
+        assert not (light & other) and not (loop & (light | other))
+        # Warm instances stay open between episodes; each is closed at shutdown.
+        assert list(tmp_path.iterdir())
+    finally:
+        pool.shutdown()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_env_hosts_keep_instances_warm_between_leases(ray_session):
+    ray = ray_session
+    pool = _pool(total=2)
+    try:
+        for seed in range(5):
+            assert asyncio.run(pool.run(ScriptedEpisode(seed=seed), codebase="light")).status == "ok"
+        (host,) = pool.envs["light"].hosts()
+        assert ray.get(host.instances.remote()) == 1 and ray.get(host.in_flight.remote()) == 0
+    finally:
+        pool.shutdown()
+
+
+@dataclass(frozen=True)
+class Writer:
+    """Writes an image reference and a sequence through its ledger; its first run then stalls
+    until its loop host is killed, the second returns its key."""
+
+    store: Any
+
+    async def run(self, ctx: TenantContext) -> str:
+        key = f"seq/{ctx.tenant_id}"
+        row = {"token_ids": np.arange(4, dtype=np.int32)}
+        await ctx.to_thread(lambda: ctx.writes.put_shared(self.store, "img/shared", row, holder=key))
+        await ctx.to_thread(lambda: ctx.writes.put(self.store, key, row))
+        if ctx.tenant_id.endswith(".1"):
+            await asyncio.sleep(60)
+        return key
+
+
+def test_writes_of_a_run_whose_loop_host_died_are_named_for_the_store_owner(ray_session):
+    ray = ray_session
+    from vlrl.store.ray_store import RayStore
+
+    store = RayStore.Config().build()
+    pool = _pool(total=2)
+    try:
+
+        async def main():
+            run = asyncio.ensure_future(pool.run(Writer(store), tenant_id="t"))
+            while not store.contains(["seq/t.1"])[0]:
+                await asyncio.sleep(0.05)
+            ray.kill(pool.loop.hosts()[0], no_restart=True)
+            return await run
+
+        outcome = asyncio.run(main())
+        assert outcome.status == "ok" and outcome.value == "seq/t.2" and outcome.lost_writers == ("t.1",)
+        assert sorted(store.take_back(list(outcome.lost_writers))) == ["seq/t.1"]  # the image is still held
+        assert store.holds([("img/shared", "seq/t.1"), ("img/shared", "seq/t.2")]) == [False, True]
+        store.delete(["seq/t.2"])
+        assert store.release([("img/shared", "seq/t.2")]) == ["img/shared"] and store.stats().keys == 0
+    finally:
+        pool.shutdown()
+        store.destroy()

@@ -1,0 +1,59 @@
+"""A tenant the loop host gave up on leaves nothing in the store, even when its thread is still
+writing the trajectory after the timeout: the host takes back the tenant's writes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.integration.pool.test_harness_pool import _pool
+from tests.unit.rollout.test_trajectory import RULE, _image, _result
+from vlrl.mm import delete_sequences
+from vlrl.pool import HostConfig, TenantContext
+from vlrl.records import SeqMeta
+from vlrl.rollout.chat import Segment
+from vlrl.rollout.trajectory import Trajectory
+from vlrl.store.ray_store import RayStore
+
+pytestmark = pytest.mark.ray
+
+
+@dataclass(frozen=True)
+class SlowFinish:
+    """Finishes a one-turn trajectory on a host thread after ``delay_s``, as an Agent Loop does."""
+
+    store: Any
+    delay_s: float
+
+    async def run(self, ctx: TenantContext) -> list[SeqMeta]:
+        trajectory = Trajectory(ctx.tenant_id)
+        trajectory.set_context(Segment([1, 2, 3], [1]), [_image(int(self.delay_s * 10))])
+        trajectory.add_generated(_result([9, 9]))
+
+        def finish() -> list[SeqMeta]:
+            time.sleep(self.delay_s)
+            return trajectory.finish(
+                self.store, key=f"seq/{ctx.tenant_id}", group_id="g", source="s", sample_index=0, reward=1.0,
+                success=True, finish="done", patch_rule=RULE, ledger=ctx.writes,
+            )
+
+        return await ctx.to_thread(finish)
+
+
+def test_a_timed_out_tenant_whose_thread_writes_late_leaves_no_key(ray_session):
+    store = RayStore.Config().build()
+    pool = _pool(loop=HostConfig(max_tenants=8, tenant_timeout_s=0.5))
+    try:
+        slow, fast = asyncio.run(pool.run_many([(SlowFinish(store, 1.5), {}), (SlowFinish(store, 0.0), {})]))
+        assert (slow.status, fast.status) == ("timeout", "ok")
+        time.sleep(2.0)  # the slow thread has woken up and tried to write by now
+        assert store.stats().keys == 3  # the finished tenant's sequence, image and the image's tile pack only
+        delete_sequences(store, fast.value)
+        assert store.stats().keys == 0
+    finally:
+        pool.shutdown()
+        store.destroy()

@@ -1,0 +1,422 @@
+"""The vLLM engine without vLLM: its translations, its config, its actor loop on a stand-in engine,
+the recipe that selects it, and the clear failure where vLLM is not installed.
+
+What only a GPU with vLLM can show (vLLM's own expansion, logprobs and weight loading against a
+Hugging Face forward) is ``scripts/gpu/check_vllm_engine.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from tests.helpers.chat import model_state, part, perturbed, request, screen, turn_text, user_turn
+from vlrl.config import ConfigError, load_recipe, validate
+from vlrl.mm import content_hash, patch_rule_of
+from vlrl.mm.tile_wire import TileSender
+from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
+from vlrl.rollout.engine.vllm_engine import MISSING_VLLM, engine_args
+from vlrl.rollout.engine.vllm_inputs import (
+    BANNED_LOGIT_BIAS,
+    PixelCache,
+    check_expansion,
+    checkpoint_weights,
+    generate_result,
+    prompt_inputs,
+    resolve_images,
+    sampling_kwargs,
+    score_kwargs,
+    score_result,
+)
+from vlrl.rollout.engine.vllm_worker import WeightLoader
+from vlrl.rollout.protocol import CacheMiss, GenerateResult, ImagePart, SamplingParams, ScoreResult
+
+RECIPE = Path(__file__).parents[3] / "examples" / "train_click_vllm.py"
+
+
+@pytest.fixture(scope="module")
+def pad(processor) -> int:
+    return processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+
+
+@pytest.fixture(scope="module")
+def rule(processor):
+    return patch_rule_of(processor)
+
+
+def expand(ids: list[int], pad: int, counts: list[int]) -> list[int]:
+    """What vLLM does to a token prompt: the i-th single pad becomes counts[i] pads."""
+    out, images = [], iter(counts)
+    for token in ids:
+        out.extend([pad] * next(images) if token == pad else [token])
+    return out
+
+
+# -- request -> TokensPrompt
+
+
+def test_prompt_inputs_collapse_each_image_run_and_keep_image_order(processor, pad, rule):
+    big, small = screen(320, 240, 1), screen(200, 150, 2)
+    prompt = user_turn(processor, "click OK", [big, small]).astype(np.int64)
+    req = request(prompt, (part(big), part(small)))
+
+    inputs = prompt_inputs(req, prompt, [big, small], pad, rule)
+
+    unexpanded = processor.tokenizer(turn_text("click OK", 2))["input_ids"]
+    assert inputs["prompt_token_ids"] == unexpanded  # exactly the chat's ids, one pad per image
+    images = inputs["multi_modal_data"]["image"]
+    assert [np.asarray(image).tolist() for image in images] == [big.tolist(), small.tolist()]
+    assert inputs["multi_modal_uuids"] == {"image": [part(big).content_hash, part(small).content_hash]}
+    counts = [rule.num_tokens(320, 240), rule.num_tokens(200, 150)]
+    assert expand(inputs["prompt_token_ids"], pad, counts) == prompt.tolist()
+
+
+def test_text_only_prompt_passes_unchanged(processor, pad, rule):
+    prompt = user_turn(processor, "type hello", []).astype(np.int64)
+    inputs = prompt_inputs(request(prompt), prompt, [], pad, rule)
+    assert inputs == {"prompt_token_ids": prompt.tolist()}
+
+
+def test_prompt_inputs_refuse_runs_that_do_not_match_the_images(processor, pad, rule):
+    big, small = screen(320, 240, 3), screen(200, 150, 4)
+    prompt = user_turn(processor, "click", [big]).astype(np.int64)
+    with pytest.raises(ValueError, match=r"prompt_ids hold 1 run\(s\) of <\|image_pad\|> .* but 2 image\(s\)"):
+        prompt_inputs(request(prompt, (part(big), part(small))), prompt, [big, small], pad, rule)
+    expected = f"prompt_ids hold {rule.num_tokens(320, 240)} <|image_pad|> tokens for it but its 200x150 pixels make"
+    with pytest.raises(ValueError, match=expected.replace("|", r"\|")):
+        prompt_inputs(request(prompt, (part(small),)), prompt, [small], pad, rule)
+
+
+def test_check_expansion_names_the_first_difference(processor):
+    prompt = user_turn(processor, "click", []).astype(np.int64)
+    req = request(prompt)
+    check_expansion(req, prompt, prompt.tolist())
+    with pytest.raises(RuntimeError, match=f"expanded the prompt to {len(prompt) + 1} ids .* sent {len(prompt)}; .* position 3"):
+        check_expansion(req, prompt, [*prompt[:3].tolist(), 7, *prompt[3:].tolist()])
+
+
+# -- the pixel cache and exact misses
+
+
+def test_resolve_images_hits_by_reference_and_misses_exactly():
+    a, b, c = screen(64, 48, 5), screen(64, 48, 6), screen(64, 48, 7)
+    cache = PixelCache(max_bytes=2 * a.nbytes)
+    prompt = np.zeros(4, dtype=np.int64)
+    sent = resolve_images(request(prompt, (part(a), part(b))), cache)
+    assert sent[0] is a and sent[1] is b
+    by_reference = resolve_images(request(prompt, (part(b, send=False), part(a, send=False))), cache)
+    assert by_reference[0] is b and by_reference[1] is a
+    resolve_images(request(prompt, (part(c),)), cache)  # evicts b, the least recently used
+    assert cache.evictions == 1 and len(cache) == 2 and cache.nbytes == 2 * a.nbytes
+
+    req = request(prompt, (part(a, send=False), part(b, send=False), part(b, send=False), part(c, send=False)))
+    assert resolve_images(req, cache) == CacheMiss(req.request_id, (part(b).content_hash,))
+
+
+def test_resolve_images_refuses_pixels_under_another_hash():
+    a, b = screen(64, 48, 8), screen(64, 48, 9)
+    forged = part(a).__class__(part(b).content_hash, 64, 48, a)
+    with pytest.raises(ValueError, match=f"image {part(b).content_hash}: the pixels sent hash to {part(a).content_hash}"):
+        resolve_images(request(np.zeros(4, dtype=np.int64), (forged,)), PixelCache(2**20))
+
+
+# -- sampling parameters and vLLM outputs
+
+
+def test_sampling_kwargs_ask_for_the_sampled_logprob_and_all_stops():
+    sampling = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=12, stop_token_ids=(9, 3), seed=5)
+    kwargs = sampling_kwargs(sampling, frozenset({3, 4}), banned=[7, 8])
+    assert kwargs == {
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "max_tokens": 12,
+        "stop_token_ids": [3, 4, 9],
+        "seed": 5,
+        "logprobs": 0,
+        "logit_bias": {7: BANNED_LOGIT_BIAS, 8: BANNED_LOGIT_BIAS},
+        "detokenize": False,
+    }
+    assert score_kwargs()["prompt_logprobs"] == 0 and score_kwargs()["max_tokens"] == 1
+
+
+def lp(value: float) -> SimpleNamespace:
+    return SimpleNamespace(logprob=value)
+
+
+def vllm_output(prompt, token_ids, logprobs, *, finish="stop", cached=0, prompt_logprobs=None) -> SimpleNamespace:
+    """The attributes of a vLLM ``RequestOutput`` the translations read."""
+    completion = SimpleNamespace(token_ids=token_ids, logprobs=logprobs, finish_reason=finish)
+    return SimpleNamespace(
+        prompt_token_ids=list(prompt), outputs=[completion], num_cached_tokens=cached, prompt_logprobs=prompt_logprobs
+    )
+
+
+def test_generate_result_takes_each_sampled_tokens_logprob():
+    prompt = np.arange(10, 22, dtype=np.int64)
+    # with logprobs=0 vLLM returns the sampled id, plus the top-1 id when that one differs
+    output = vllm_output(prompt, [5, 6, 2], [{5: lp(-0.5)}, {6: lp(-1.25), 8: lp(-0.1)}, {2: lp(-0.125)}], cached=8)
+    result = generate_result(request(prompt), prompt, output, version=4)
+    assert isinstance(result, GenerateResult)
+    assert result.token_ids.dtype == np.int32 and result.token_ids.tolist() == [5, 6, 2]
+    assert result.logprobs.dtype == np.float32 and result.logprobs.tolist() == [-0.5, -1.25, -0.125]
+    assert (result.finish_reason, result.policy_version) == ("stop", 4)
+    assert (result.prefill_tokens, result.reused_prefix_tokens) == (4, 8)
+
+    at_length = vllm_output(prompt, [5], [{5: lp(-1)}], finish="length")
+    assert generate_result(request(prompt), prompt, at_length, 0).finish_reason == "length"
+    with pytest.raises(RuntimeError, match="finished it with 'abort'"):
+        generate_result(request(prompt), prompt, vllm_output(prompt, [], [], finish="abort"), 0)
+    with pytest.raises(RuntimeError, match="expanded the prompt"):
+        generate_result(request(prompt), prompt, vllm_output(prompt[1:], [5], [{5: lp(-1)}]), 0)
+
+
+def test_score_result_reads_prompt_logprobs_with_zero_first():
+    prompt = np.array([3, 9, 4, 4], dtype=np.int64)
+    entries = [None, {9: lp(-2.0), 1: lp(-0.1)}, {4: lp(-0.5)}, {4: lp(-0.25)}]
+    result = score_result(request(prompt), prompt, vllm_output(prompt, [0], [{0: lp(0)}], prompt_logprobs=entries), 2)
+    assert isinstance(result, ScoreResult) and result.policy_version == 2
+    assert result.logprobs.dtype == np.float32 and result.logprobs.tolist() == [0.0, -2.0, -0.5, -0.25]
+
+
+# -- weights: names checked, cast, staged, loaded by the worker extension
+
+
+def test_checkpoint_weights_keep_checkpoint_names_and_cast(tiny_path):
+    state = model_state(tiny_path)
+    weights = checkpoint_weights({**state, **perturbed(tiny_path)}, torch.bfloat16)
+    assert sorted(weights) == sorted(state)
+    assert all(w.dtype == torch.bfloat16 and w.is_contiguous() for w in weights.values())
+    update = perturbed(tiny_path)["lm_head.weight"]
+    torch.testing.assert_close(weights["lm_head.weight"], torch.tensor(update).to(torch.bfloat16))
+    assert checkpoint_weights(state, None)["lm_head.weight"].dtype == state["lm_head.weight"].dtype
+
+
+def test_checkpoint_weights_refuse_plugin_encoders_and_foreign_names():
+    ok = torch.zeros(2)
+    with pytest.raises(ValueError, match="plug-in vision encoder, e.g. 'encoder.proj.weight'.*use EmbeddedEngine"):
+        checkpoint_weights({"lm_head.weight": ok, "encoder.proj.weight": ok}, None)
+    with pytest.raises(ValueError, match=r"1 name\(s\) outside the checkpoint's weights, e.g. \['_orig_mod.lm_head.weight'\]"):
+        checkpoint_weights({"_orig_mod.lm_head.weight": ok}, None)
+
+
+def test_tied_weights_are_staged_apart_and_the_worker_loads_every_tensor(tmp_path):
+    embed = torch.randn(6, 4)
+    weights = checkpoint_weights({"model.language_model.embed_tokens.weight": embed, "lm_head.weight": embed}, None)
+    path = tmp_path / "w.safetensors"
+    save_file(weights, str(path))  # refuses tensors sharing storage
+
+    received = {}
+
+    class Model:
+        def load_weights(self, pairs):
+            for name, tensor in pairs:
+                received[name] = tensor
+            return {"language_model.model.embed_tokens.weight", "language_model.lm_head.weight"}
+
+    worker = WeightLoader()
+    worker.model_runner = SimpleNamespace(get_model=Model)
+    assert worker.vlrl_load_weights(str(path)) == 2
+    assert sorted(received) == sorted(weights)
+    torch.testing.assert_close(received["lm_head.weight"], embed)
+
+
+# -- the config
+
+
+def test_config_defaults_validate_and_engine_args_are_fixed_where_rl_needs_them():
+    config = validate(VLLMEngine.Config())
+    args = engine_args(config, model_path="ckpt")
+    assert args["model"] == "ckpt" and args["logprobs_mode"] == "raw_logprobs"
+    assert args["generation_config"] == "vllm" and args["distributed_executor_backend"] == "uni"
+    module, _, name = args["worker_extension_cls"].rpartition(".")
+    assert getattr(importlib.import_module(module), name) is WeightLoader
+    tp2 = validate(VLLMEngine.Config(tensor_parallel_size=2, gpus=2))
+    assert engine_args(tp2, model_path="ckpt")["distributed_executor_backend"] == "mp"
+    assert config.encoder is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "path", "expected"),
+    [
+        ({"tensor_parallel_size": 2, "gpus": 1}, "gpus", "2, one per tensor-parallel rank"),
+        ({"max_num_seqs": 64, "max_concurrency": 64}, "max_concurrency", "more than max_num_seqs (64)"),
+        ({"engine_args": {"seed": 3, "max_num_batched_tokens": 8192}}, "engine_args", "VLLMEngine sets itself (seed)"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization", "<= 1"),
+        ({"gpus": 0.0}, "gpus", "> 0"),
+    ],
+)
+def test_config_errors_name_the_field(fields, path, expected):
+    with pytest.raises(ConfigError) as error:
+        validate(VLLMEngine.Config(**fields))
+    assert error.value.path == path and expected in str(error.value)
+
+
+# -- without vLLM
+
+
+def test_starting_the_engine_without_vllm_says_how_to_install_it(monkeypatch, tiny_path):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails, whatever is installed
+    with pytest.raises(ImportError, match=r"pip install 'vlrl\[vllm\]' on a CUDA machine"):
+        VLLMEngine(VLLMEngine.Config(), str(tiny_path))
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed: the actor would start it")
+def test_the_actor_fails_to_start_with_the_message(ray_session, tiny_path):
+    ray = ray_session
+    config = validate(VLLMEngine.Config(cpus=0))
+    engine = ray.remote(VLLMEngine).options(num_cpus=0, num_gpus=0).remote(config, str(tiny_path))  # build() wants a GPU
+    with pytest.raises(ray.exceptions.RayActorError, match=MISSING_VLLM.replace("[", r"\[").replace("]", r"\]")):
+        ray.get(engine.load.remote(), timeout=120)
+
+
+def test_build_needs_ray(monkeypatch):
+    monkeypatch.setattr("ray.is_initialized", lambda: False)
+    with pytest.raises(RuntimeError, match="VLLMEngine needs a running Ray"):
+        VLLMEngine.Config().build(model_path="ckpt")
+
+
+# -- the actor's loop on a stand-in for vLLM's AsyncLLM
+
+
+class FakeAsyncLLM:
+    """Expands pads as vLLM does, answers two tokens, can hold requests, records weight loads."""
+
+    def __init__(self, rule) -> None:
+        self.rule = rule
+        self.hold: asyncio.Event | None = None
+        self.loaded: dict[str, torch.Tensor] = {}
+        self.resets = 0
+        self.request_ids: list[str] = []
+
+    async def generate(self, inputs, params, request_id):
+        self.request_ids.append(request_id)
+        images = inputs.get("multi_modal_data", {}).get("image", [])
+        pad = self.pad
+        expanded = expand(inputs["prompt_token_ids"], pad, [self.rule.num_tokens(*image.size) for image in images])
+        if self.hold is not None:
+            await self.hold.wait()
+        prompt_logprobs = None
+        if getattr(params, "prompt_logprobs", None) == 0:
+            prompt_logprobs = [None, *({t: lp(-float(i))} for i, t in enumerate(expanded[1:], 1))]
+        answer = [{5: lp(-0.5)}, {6: lp(-0.75)}]
+        yield vllm_output(expanded, [5, 6], answer, finish="length", prompt_logprobs=prompt_logprobs)
+
+    async def collective_rpc(self, method, args=()):
+        assert method == "vlrl_load_weights"
+        with safe_open(args[0], framework="pt") as handle:
+            self.loaded = {name: handle.get_tensor(name) for name in handle.keys()}
+        return [len(self.loaded)]
+
+    async def reset_prefix_cache(self):
+        self.resets += 1
+        return True
+
+    async def reset_encoder_cache(self):
+        self.resets += 1
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch, rule, pad):
+    """Just enough of the ``vllm`` package for ``VLLMEngine.__init__`` and its calls."""
+    llm = FakeAsyncLLM(rule)
+    llm.pad = pad
+    modules = {name: types.ModuleType(name) for name in (
+        "vllm", "vllm.sampling_params", "vllm.engine", "vllm.engine.arg_utils", "vllm.v1", "vllm.v1.engine",
+        "vllm.v1.engine.async_llm",
+    )}  # fmt: skip
+    modules["vllm"].SamplingParams = lambda **kwargs: SimpleNamespace(**kwargs)
+    modules["vllm.sampling_params"].RequestOutputKind = SimpleNamespace(FINAL_ONLY="final")
+    modules["vllm.engine.arg_utils"].AsyncEngineArgs = lambda **kwargs: kwargs
+    modules["vllm.v1.engine.async_llm"].AsyncLLM = SimpleNamespace(from_engine_args=lambda args: llm)
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return llm
+
+
+def test_actor_serves_misses_scores_and_updates_between_requests(fake_vllm, tiny_path, processor, tmp_path):
+    shot = screen(320, 240, 11)
+    prompt = user_turn(processor, "click OK", [shot])
+
+    async def main():
+        engine = VLLMEngine(VLLMEngine.Config(weights_dir=str(tmp_path)), str(tiny_path))
+        miss = await engine.generate(request(prompt, (part(shot, send=False),)))
+        first = await engine.generate(request(prompt, (part(shot),), trajectory="t"))
+
+        fake_vllm.hold = asyncio.Event()  # the next request runs until released
+        running = asyncio.create_task(engine.generate(request(prompt, (part(shot, send=False),), trajectory="t")))
+        await asyncio.sleep(0.01)
+        update = asyncio.create_task(engine.update_weights(perturbed(tiny_path), 1))
+        await asyncio.sleep(0.01)
+        waiting = asyncio.create_task(engine.generate(request(prompt, (part(shot, send=False),))))
+        await asyncio.sleep(0.01)
+        assert not update.done() and fake_vllm.loaded == {} and await engine.load() == 2
+        fake_vllm.hold.set()
+        during, _, after = await asyncio.gather(running, update, waiting)
+
+        score = await engine.score(request(prompt, (part(shot, send=False),)))
+        with pytest.raises(ValueError, match="version=1; expected more than the latest, 1"):
+            await engine.update_weights(perturbed(tiny_path), 1)
+        return miss, first, during, after, score, await engine.stats(), await engine.policy_version()
+
+    miss, first, during, after, score, stats, version = asyncio.run(main())
+    assert miss == CacheMiss(miss.request_id, (part(shot).content_hash,))
+    assert first.token_ids.tolist() == [5, 6] and first.logprobs.tolist() == [-0.5, -0.75]
+    assert (first.policy_version, during.policy_version, after.policy_version, version) == (0, 0, 1, 1)
+    assert sorted(fake_vllm.loaded) == sorted(perturbed(tiny_path))
+    assert all(t.dtype == torch.bfloat16 for t in fake_vllm.loaded.values())
+    assert fake_vllm.resets == 2 and list(tmp_path.iterdir()) == []  # caches dropped, staged file removed
+    assert isinstance(score, ScoreResult) and score.logprobs[0] == 0 and score.logprobs[2] == -2.0
+    assert len(set(fake_vllm.request_ids)) == len(fake_vllm.request_ids)  # vLLM ids never repeat
+    assert stats["cache_miss_replies"] == 1 and stats["image_cache_misses"] == 1
+    assert stats["image_cache_hits"] == 3 and stats["weight_updates"] == 1 and stats["generated_tokens"] == 6
+    assert stats["in_flight"] == 0 and stats["image_bytes_received"] == shot.nbytes
+
+
+def test_actor_assembles_screens_sent_as_tiles_and_misses_without_their_base(fake_vllm, tiny_path, processor, tmp_path):
+    first = screen(320, 240, 11)
+    second = first.copy()
+    second[100:120, 40:60] = 255  # one region changed, as a GUI step changes it
+    prompt = user_turn(processor, "click OK", [first, second])
+    sender = TileSender()
+    tiled = [ImagePart(content_hash(s), 320, 240, tiles=sender.encode(content_hash(s), s)) for s in (first, second)]
+
+    async def main():
+        engine = VLLMEngine(VLLMEngine.Config(weights_dir=str(tmp_path)), str(tiny_path))
+        served = await engine.generate(request(prompt, tuple(tiled)))  # the second against the first
+        stranger = TileSender()
+        stranger.encode(content_hash(first), screen(320, 240, 12))  # a base this engine never saw
+        orphan = ImagePart(content_hash(second), 320, 240, tiles=stranger.encode(content_hash(second), second))
+        fresh = VLLMEngine(VLLMEngine.Config(weights_dir=str(tmp_path)), str(tiny_path))
+        missed = await fresh.generate(request(user_turn(processor, "click OK", [second]), (orphan,)))
+        return served, missed, await engine.stats()
+
+    served, missed, stats = asyncio.run(main())
+    # The pixels were assembled exactly: the engine's content-hash check of sent pixels passed.
+    assert served.token_ids.tolist() == [5, 6] and stats["cache_miss_replies"] == 0
+    assert stats["image_bytes_received"] == sum(part.nbytes for part in tiled)
+    assert tiled[1].nbytes < first.nbytes / 20  # the second screen cost its changed tiles
+    assert missed == CacheMiss(missed.request_id, (content_hash(second),))
+
+
+# -- the recipe
+
+
+def test_vllm_recipe_swaps_only_the_engine_and_the_trainers_device():
+    base = load_recipe(str(RECIPE.with_name("train_click.py")) + ":recipe")
+    config = load_recipe(f"{RECIPE}:vllm", ["engine.max_num_seqs=32"])
+    assert isinstance(base.engine, EmbeddedEngine.Config) and isinstance(config.engine, VLLMEngine.Config)
+    assert (config.engine.gpus, config.engine.max_num_seqs, config.trainer.gpus_per_worker) == (1, 32, 1)
+    assert config.sources == base.sources and config.driver == base.driver and config.steps == base.steps
+    assert config.trainer.trainer == base.trainer.trainer

@@ -1,8 +1,0 @@
-"""A plug-in module that only ``tests/test_registry.py`` names by path: importing it is observable."""
-
-
-def make_widget(*, size: int = 1) -> dict:
-    return {"widget": size}
-
-
-NOT_CALLABLE = 3
