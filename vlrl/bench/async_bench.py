@@ -45,17 +45,20 @@ from vlrl.harness import register
 SIZES = {
     "smoke": {
         "steps": 3, "warm_steps": 5, "warm_episodes": 16, "eval_episodes": 4, "configs": ("long",),
-        "turns": 4, "group_size": 4, "groups_per_batch": 2,
+        "turns": 4, "group_size": 4, "groups_per_batch": 2, "hold_first_push": True,
     },
     "small": {
         "steps": 3, "warm_steps": 20, "warm_episodes": 64, "eval_episodes": 8, "configs": ("long",),
-        "turns": 6, "group_size": 4, "groups_per_batch": 4,
+        "turns": 6, "group_size": 4, "groups_per_batch": 4, "hold_first_push": False,
     },
     "full": {
         "steps": 20, "warm_steps": 250, "warm_episodes": 512, "eval_episodes": 200, "configs": ("main", "long"),
-        "turns": 15, "group_size": 8, "groups_per_batch": 8,
+        "turns": 15, "group_size": 8, "groups_per_batch": 8, "hold_first_push": False,
     },
 }  # fmt: skip
+"""``hold_first_push``: the asynchronous run's first weight push waits until its next batch is
+rolled out (``TrainJob(hold_first_push=True)``), so that batch is trained one version stale
+whatever the machine's speed: the smoke run checks the staleness books, it measures nothing."""
 LATENCY_MEDIAN_S = 1.0
 LATENCY_SIGMA = 0.8
 MAIN_RECIPE = Path(__file__).resolve().parents[2] / "examples" / "train_click.py"
@@ -157,8 +160,10 @@ def _train(run_dir: Path, name: str, mode: str, policy: str, shape: dict[str, An
         hook = config.driver.hook
         sampler = replace(hook.sampler, include_min=True, include_max=True)
         config.driver = replace(config.driver, hook=replace(hook, sampler=sampler, drop_zero_advantage=False))
+    from vlrl.job.train_job import TrainJob
+
     with CpuMeter() as cpu:
-        summary = config.build().run()
+        summary = TrainJob(config, hold_first_push=shape["hold_first_push"] and mode == "async").run()
     log = run_dir / "metrics.jsonl"
     records = [json.loads(line) for line in log.read_text().splitlines()]
     steps = [r for r in records if r.get("phase") == "rl"]

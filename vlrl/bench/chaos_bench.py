@@ -100,7 +100,6 @@ def _config(fault: str, run_dir: Path, steps: int) -> Any:
 
 async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[str, Any]) -> None:
     from vlrl.control.driver import Driver
-    from vlrl.job.train_job import train_on
     from vlrl.pool.remote_errors import describe
     from vlrl.rollout.agent_loop import agent_loop_factory
 
@@ -112,16 +111,15 @@ async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[s
     group = s.trainer_group(s.model_path)
     armed = fault in ("grader_hang", "harness_timeout", "hook_store_error")
     at_step = 0 if armed else rng.randrange(steps - 1)  # armed faults need rollouts still to come
-    version, injector = 0, None
+    injector = None
+
+    def inject(step: int) -> None:
+        nonlocal injector
+        if step == at_step:
+            injector = asyncio.get_running_loop().create_task(_inject(fault, s, judge, store, rng.uniform(0.1, 1.0)))
+
     try:
-        for step in range(steps):
-            if step == at_step:
-                injector = asyncio.get_running_loop().create_task(_inject(fault, s, judge, store, rng.uniform(0.1, 1.0)))
-            batch, _ = await train_on(await driver.next_batch(version), driver, group, version)
-            driver.consumed(batch)
-            await s.push_weights(group, version + 1)
-            version += 1
-            out["books_exact"] &= _balanced(driver.book)
+        await run_steps(s, driver, group, steps, out, before_step=inject)
         out["survived"] = True
     except Exception as error:  # the figure is what ended the run
         out["error"] = describe(error).splitlines()[0]
@@ -137,6 +135,20 @@ async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[s
             out.setdefault("error", f"close: {describe(error).splitlines()[0]}")
         out["reasons"] = dict(driver.book.reasons)
         group.shutdown()
+
+
+async def run_steps(
+    s: Any, driver: Any, group: Any, steps: int, out: dict[str, Any], *, before_step: Any = None
+) -> None:
+    """``steps`` RL steps from policy version 0, each the training job's own ``rl_step``;
+    ``before_step(step)`` runs before each (the fault injection); the books are checked after each."""
+    from vlrl.job.train_job import rl_step
+
+    for step in range(steps):
+        if before_step is not None:
+            before_step(step)
+        await rl_step(s, driver, group, step)
+        out["books_exact"] &= _balanced(driver.book)
 
 
 async def _inject(fault: str, s: Any, judge: Judge, store: FlakyStore, delay_s: float) -> Any:

@@ -203,6 +203,14 @@ class Driver:
 
     async def next_batch(self, policy_version: int) -> Batch:
         """Run rollouts until every source has its share of accepted groups, then yield a batch."""
+        await self.fill(policy_version)
+        groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
+        self._step += 1
+        return Batch(self._step, groups, min_version=policy_version - self.config.max_staleness)
+
+    async def fill(self, policy_version: int) -> None:
+        """Run rollouts until every source has its share of accepted groups buffered, whole (their
+        payload checked in the store), for the batch that ``next_batch`` yields next."""
         self._version = policy_version
         left_before = self._left()
         unchecked = 0
@@ -211,9 +219,7 @@ class Driver:
             if all(len(self._buffer[name]) >= quota for name, quota in self.quotas.items()):
                 lost = self._fail_lost_groups()
                 if lost == 0:
-                    groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
-                    self._step += 1
-                    return Batch(self._step, groups, min_version=policy_version - self.config.max_staleness)
+                    return
                 if lost is None:  # the store did not answer: look again after a pause, a bounded number of times
                     unchecked += 1
                     if unchecked > self.config.hook_retries:

@@ -1,14 +1,16 @@
 """``vlrl train``: the end-to-end job. Harness Pool -> Agent Loops -> store -> driver -> packer ->
 encoder path -> trainer -> weight sync, step after step, on one machine or a Ray cluster.
 
-One RL step, as ``TrainJob._rl`` runs it::
+One RL step is ``rl_step``, the one function that ``vlrl train``, ``vlrl bench chaos`` and
+``vlrl bench async`` run::
 
     batch   <- driver.next_batch(version)        rollouts until every source has its share
     metrics <- trainer.step(batch.sequences)      ranks fetch their rows and pixels from the store
                                                   (rollouts for the next batches keep running)
     driver.consumed(batch)                        the batch's keys are deleted
     trainer.push_weights(engines, version + 1)    through the Ray object store
-    log, maybe evaluate, maybe checkpoint
+
+and then the job logs, maybe evaluates, maybe checkpoints (``TrainJob._rl_step``).
 
 Before it, optionally, a supervised warm start (``WarmStart``): oracle demonstrations of every
 source become training sequences in the store and a trainer with the ``sft`` loss fits them; its
@@ -72,6 +74,46 @@ async def train_on(batch: Batch, driver: Driver, group: TrainerGroup, version: i
                 raise
             driver.requeue(batch)
             batch = await driver.next_batch(version)
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one ``rl_step`` trained, and where its time went."""
+
+    batch: Batch
+    """The batch trained on (its keys are deleted)."""
+    metrics: dict[str, float]
+    """The trainer's figures (``loss``, ``tokens_per_s``, ...)."""
+    rollout_wait_s: float
+    """Waiting for the batch's rollouts."""
+    train_s: float
+    """The optimizer step and the deletion of the batch's keys (with ``hold_push``, also the wait
+    for the next batch)."""
+    weight_sync_s: float
+    """The weight push to the engines (the trainer's wait for it)."""
+
+
+async def rl_step(
+    s: JobSession, driver: Driver, group: TrainerGroup, version: int, *, hold_push: bool = False
+) -> StepResult:
+    """One RL step on policy ``version``: a batch from ``driver``, one optimizer step of ``group``
+    on it, its keys deleted, the new weights pushed to the session's engines as ``version + 1``.
+
+    ``hold_push``: the push waits until the driver holds the next batch, so every token of that
+    batch was sampled by ``version`` or older and is trained one version stale or more (what
+    ``vlrl bench async`` at smoke size checks its staleness books on, whatever the machine's speed).
+    """
+    t0 = time.perf_counter()
+    batch = await driver.next_batch(version)
+    t1 = time.perf_counter()
+    batch, metrics = await train_on(batch, driver, group, version)
+    driver.consumed(batch)
+    if hold_push:
+        await driver.fill(version)
+    t2 = time.perf_counter()
+    await s.push_weights(group, version + 1)
+    t3 = time.perf_counter()
+    return StepResult(batch, metrics, rollout_wait_s=t1 - t0, train_s=t2 - t1, weight_sync_s=t3 - t2)
 
 
 class TrainJob:
@@ -186,8 +228,12 @@ class TrainJob:
         def build(self) -> TrainJob:
             return TrainJob(self)
 
-    def __init__(self, config: TrainJob.Config) -> None:
+    def __init__(self, config: TrainJob.Config, *, hold_first_push: bool = False) -> None:
+        """``hold_first_push``: the first RL step's weight push waits until the driver holds the
+        next batch (``rl_step(hold_push=True)``), so that batch is trained provably one version
+        stale (``vlrl bench async`` at smoke size)."""
         self.config = config
+        self.hold_first_push = hold_first_push
 
     def run(self) -> dict[str, Any]:
         """Run to the last step; prints the JSON summary as the last line of stdout and returns it."""
@@ -330,16 +376,11 @@ class TrainJob:
             group.shutdown()
 
     async def _rl_step(self, s: JobSession, state: RunState, driver: Driver, group: TrainerGroup) -> None:
-        t0 = time.perf_counter()
-        batch = await driver.next_batch(state.version)
-        t1 = time.perf_counter()
-        batch, metrics = await train_on(batch, driver, group, state.version)
-        driver.consumed(batch)
-        t2 = time.perf_counter()
-        await s.push_weights(group, state.version + 1)
+        hold = self.hold_first_push and state.step == 0
+        done = await rl_step(s, driver, group, state.version, hold_push=hold)
+        batch, metrics = done.batch, done.metrics
         state.version += 1
         state.step += 1
-        t3 = time.perf_counter()
         paused = await s.weight_pause_s()
         record = {
             **{f"train/{k}": v for k, v in metrics.items()},
@@ -350,11 +391,11 @@ class TrainJob:
             **s.store_metrics(),
             "batch/group_ids": [g.group_id for g in batch.groups],
             "policy_version": state.version,
-            "time/rollout_wait_s": t1 - t0,
-            "time/train_s": t2 - t1,
-            "time/weight_sync_s": t3 - t2,
+            "time/rollout_wait_s": done.rollout_wait_s,
+            "time/train_s": done.train_s,
+            "time/weight_sync_s": done.weight_sync_s,
             "time/weight_pause_s": paused,
-            "time/step_s": t3 - t0,
+            "time/step_s": done.rollout_wait_s + done.train_s + done.weight_sync_s,
         }
         s.log.log(state.step, "rl", record)
         passed = {"pass_rate": record["rollout/pass_rate"]} if "rollout/pass_rate" in record else {}
