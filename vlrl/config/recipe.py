@@ -1,6 +1,6 @@
 """Recipes: a run is a Python function that returns its top-level config.
 
-``load_recipe("examples/gui_grpo.py:small", ["optim.lr=1e-6"])`` imports the file by path (it
+``load_recipe("examples/train_click.py:small", ["steps=4"])`` imports the file by path (it
 need not be in a package), calls ``small()`` (``recipe()`` when no function is named), applies
 the ``--set`` overrides and validates the result. Classes and functions the file defines travel
 to Ray actors by value, so a recipe may define its own harness or encoder. A variant is a function that calls its base
