@@ -55,15 +55,13 @@ pip_install --no-deps -e .
 # registrations (vlrl and the Qwen processors use torchvision's transforms, not its nms ops).
 "$VENV/bin/python" - <<'PY'
 import pathlib, sysconfig
-meta = pathlib.Path(sysconfig.get_paths(vars={"base": ".venv-vllm", "platbase": ".venv-vllm"})["purelib"]) / "torchvision" / "_meta_registrations.py"
+meta = pathlib.Path(sysconfig.get_paths()["purelib"]) / "torchvision" / "_meta_registrations.py"
 text = meta.read_text()
-guard = "_has_ops()"
-if guard not in text:
-    for op in ("nms", "qnms"):
-        old = f'@torch.library.register_fake("torchvision::{op}")'
-        new = f'@(torch.library.register_fake("torchvision::{op}") if torchvision.extension._has_ops() else (lambda fn: fn))'
-        text = text.replace(old, new)
-    meta.write_text(text)
+for op in ("nms", "qnms"):
+    old = f'@torch.library.register_fake("torchvision::{op}")'
+    new = f'@(torch.library.register_fake("torchvision::{op}") if torchvision.extension._has_ops() else (lambda fn: fn))'
+    text = text.replace(old, new)
+meta.write_text(text)
 PY
 rm -f "$log"
 VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -c "import vllm, torchvision, transformers, ray, vlrl" \

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +34,11 @@ from vlrl.job.tracking import IDS_FILE
 from vlrl.mm import delete_sequences
 from vlrl.models import family_of
 from vlrl.records import SeqMeta
-from vlrl.rollout.engine import EmbeddedEngine
+from vlrl.rollout.engine.weights_keeper import weights_keeper
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY
 from vlrl.train.loss import PolicyLoss
+from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer_group import TrainerGroup
 
 
@@ -162,20 +163,30 @@ class JobSession:
     # -- trainer, checkpoints, state
 
     def trainer_group(
-        self, model_path: str, *, lr: float | None = None, loss: PolicyLoss.Config | None = None, lr_decay_steps: int | None = None
+        self,
+        model_path: str,
+        *,
+        optim: Optimizer.Config | None = None,
+        loss: PolicyLoss.Config | None = None,
+        steps: int | None = None,
     ) -> TrainerGroup:
-        """A trainer group on ``model_path`` with the run's trainer config, or with the warm
-        start's ``lr``, ``loss`` and ``lr_decay_steps`` in its place."""
-        base = self.config.trainer.trainer
-        trainer = replace(base, lr=base.lr if lr is None else lr, loss=base.loss if loss is None else loss)
-        if lr_decay_steps is not None:
-            trainer = replace(trainer, lr_decay_steps=lr_decay_steps)
-        return replace(self.config.trainer, trainer=trainer).build(model_path=model_path, store_config=self.config.store)
+        """A trainer group on ``model_path`` for the RL stage (the run's ``optim``, ``loss`` and
+        ``steps``), or for the warm start with its ``optim``, ``loss`` and ``steps`` in their place."""
+        c = self.config
+        return c.trainer.build(
+            model_path=model_path,
+            store_config=c.store,
+            layout=c.layout,
+            optim=c.optim if optim is None else optim,
+            loss=c.loss if loss is None else loss,
+            micro_batches=c.micro_batches,
+            steps=c.steps if steps is None else steps,
+        )
 
     async def push_weights(self, group: TrainerGroup, version: int) -> None:
         """To every engine and, for replicas that restart, to their weights keepers; a replica that
         is down does not fail the push."""
-        keepers = [k for k in map(EmbeddedEngine.weights_keeper, self.engines) if k is not None]
+        keepers = [k for k in map(weights_keeper, self.engines) if k is not None]
         await asyncio.to_thread(group.push_weights, self.engines, version, keepers)
         self.engine_version = version
 

@@ -16,6 +16,7 @@ from tests.helpers.running import RunningServer
 from tests.unit.rollout.test_http_endpoint import completion
 from vlrl.rollout.client import BadRequestError, ContextImage, EngineError, InferenceClient, InferenceError
 from vlrl.rollout.engine import EmbeddedEngine
+from vlrl.rollout.engine.weights_keeper import weights_keeper
 from vlrl.rollout.http_endpoint import OpenAIEndpoint
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, SamplingParams
 from vlrl.rollout.ray_endpoint import RayEndpoint
@@ -45,12 +46,10 @@ def _pusher(ray, model_path: str) -> TrainerGroup:
     return group
 
 
-@pytest.mark.ray
-@pytest.mark.slow
 def test_a_restarted_replica_serves_the_latest_pushed_weights(ray_session, tiny_path):
     ray = ray_session
     engine = EmbeddedEngine.Config(cpus=0, torch_threads=1).build(model_path=str(tiny_path))
-    keeper = EmbeddedEngine.weights_keeper(engine)
+    keeper = weights_keeper(engine)
     group = _pusher(ray, str(tiny_path))
     client = InferenceClient([RayEndpoint(engine, "engine")], InferenceClient.Config(backoff_s=0.5, retries=8))
 
@@ -81,8 +80,6 @@ def test_a_restarted_replica_serves_the_latest_pushed_weights(ray_session, tiny_
         ray.kill(engine)
 
 
-@pytest.mark.ray
-@pytest.mark.slow
 def test_a_bad_request_is_not_retried_over_ray(ray_session, tiny_path):
     engine = EmbeddedEngine.Config(cpus=0, torch_threads=1).build(model_path=str(tiny_path))
     try:
@@ -94,7 +91,6 @@ def test_a_bad_request_is_not_retried_over_ray(ray_session, tiny_path):
         ray_session.kill(engine)
 
 
-@pytest.mark.slow
 def test_a_bad_request_is_not_retried_over_http(tiny_path):
     server = RunningServer(tiny_path)
     try:

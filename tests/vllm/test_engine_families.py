@@ -1,0 +1,141 @@
+"""``VLLMEngine`` on vLLM's real engine, for every model family: a multi-turn, multi-image
+trajectory sampled through the inference client, a weight push in its middle, and what the
+trainer would read back from the store.
+
+Per family: the stored logprobs of every sampled token equal a float32 forward of the stored
+sequence under the weights that sampled it (before and after the push), and vLLM's prompt
+logprobs (``score``) equal the forward at every position; the push really changes what is
+served and names the pushed version; an image reference the replica does not hold is answered
+by one ``CacheMiss`` naming it, and the client's one resend then gets the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+
+from tests.helpers.reference_logprobs import reference_logprobs
+from tests.vllm.conftest import FAMILIES, cpu_engine
+from vlrl.mm import content_hash, patch_rule_of
+from vlrl.models import build_tiny
+from vlrl.models.registry import family as model_family
+from vlrl.rollout.chat import ChatFormat, ChatTurn
+from vlrl.rollout.client import ContextImage, InferenceClient
+from vlrl.rollout.protocol import CacheMiss, GenerateRequest, ImagePart, SamplingParams, ScoreResult
+from vlrl.rollout.ray_endpoint import RayEndpoint
+from vlrl.rollout.trajectory import Trajectory
+from vlrl.store import LocalStore
+
+ATOL = 1e-4
+SCREEN = (240, 320)
+SCREEN_BYTES = SCREEN[0] * SCREEN[1] * 3
+
+
+def gui_screens(n: int, seed: int = 2) -> list[ContextImage]:
+    """Screens as a GUI's are: one base, each turn changing one small region of the last."""
+    rng = np.random.default_rng(seed)
+    pixels = np.repeat(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8), 8, axis=0).repeat(8, axis=1)
+    screens = []
+    for turn in range(n):
+        pixels = pixels.copy()
+        pixels[100 : 100 + 12, 40 + 10 * turn : 48 + 10 * turn] = 255 - 20 * turn
+        screens.append(ContextImage.of(pixels))
+    return screens
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def served(request, ray_session, tmp_path_factory):
+    """(family, checkpoint, newer weights' checkpoint, processor, engine): one replica per family
+    whose pixel cache holds two screens, so a third evicts the oldest."""
+    from transformers import AutoProcessor
+
+    name = request.param
+    folder = tmp_path_factory.mktemp(name)
+    path = build_tiny(name, folder / "policy", rope_theta=10.0)
+    newer = build_tiny(name, folder / "newer", rope_theta=10.0, seed=7)
+    engine = cpu_engine(image_cache_mb=2.5 * SCREEN_BYTES / 2**20).build(model_path=str(path))
+    yield name, path, newer, AutoProcessor.from_pretrained(path), engine
+    ray_session.kill(engine)
+
+
+def load(name: str, path) -> torch.nn.Module:
+    return model_family(name).model_class.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def test_a_trajectory_across_a_push_stores_the_logprobs_of_the_weights_that_sampled_it(ray_session, served):
+    name, path, newer, processor, engine = served
+    chat = ChatFormat(processor.tokenizer, patch_rule_of(processor), "gui-agent", "Answer with one action.")
+    screens, turns, trajectory = gui_screens(3), [], Trajectory("traj")
+    client = InferenceClient([RayEndpoint(engine, "vllm")])
+    sampling = SamplingParams(temperature=1.0, max_tokens=4, stop_token_ids=chat.stop_token_ids, seed=0)
+
+    async def turn(index: int) -> None:
+        turns.append(ChatTurn("Click OK." if index == 0 else "", SCREEN[::-1]))
+        trajectory.set_context(chat.context(turns), screens[: index + 1])
+        result = await client.generate("traj", trajectory.current.prompt_array(), screens[: index + 1], sampling, request_id=f"r{index}")
+        trajectory.add_generated(result)
+        turns[-1].answer, turns[-1].answer_stopped = [int(t) for t in result.token_ids], result.finish_reason == "stop"
+
+    asyncio.run(turn(0))
+    assert ray_session.get(engine.policy_version.remote()) == 0
+    ray_session.get(engine.update_weights.remote(load(name, newer).state_dict(), 1))
+    assert ray_session.get(engine.policy_version.remote()) == 1
+    asyncio.run(turn(1))
+    asyncio.run(turn(2))
+
+    store = LocalStore()
+    (meta,) = trajectory.finish(
+        store, key="seq/traj", group_id="g", source="s", sample_index=0, reward=0.0, success=False,
+        finish="max_turns", patch_rule=patch_rule_of(processor),
+    )  # fmt: skip
+    assert meta.turn_versions == (0, 1, 1) and len(meta.image_offsets) == 3
+    payload = store.get([meta.key])[meta.key]
+    first = np.zeros(meta.num_tokens - 1, bool)  # logprob positions t - 1 of the first turn's tokens
+    first[meta.context_lengths[0] - 1 : meta.context_lengths[0] - 1 + meta.turn_tokens[0]] = True
+    later = payload["loss_mask"][1:] & ~first
+    stored = payload["logprobs"][1:]
+    old_lp = reference_logprobs(load(name, path), processor, store, meta)
+    new_lp = reference_logprobs(load(name, newer), processor, store, meta)
+    np.testing.assert_allclose(stored[first], old_lp[first], atol=ATOL)
+    np.testing.assert_allclose(stored[later], new_lp[later], atol=ATOL)
+    assert np.abs(new_lp[later] - old_lp[later]).max() > 1e-2  # the push changed what is served
+
+    # Prompt logprobs of the whole stored sequence (a teacher's score) under the pushed weights.
+    ids = np.asarray(payload["token_ids"], np.int32)
+    parts = tuple(ImagePart(s.content_hash, s.width, s.height, s.pixels) for s in screens)
+    scored = ray_session.get(engine.score.remote(GenerateRequest("score", "score", ids, parts)))
+    assert isinstance(scored, ScoreResult) and scored.policy_version == 1
+    np.testing.assert_allclose(scored.logprobs[1:], new_lp, atol=ATOL)
+
+
+def test_an_image_the_replica_does_not_hold_costs_one_resend(ray_session, served):
+    name, path, newer, processor, engine = served
+    chat = ChatFormat(processor.tokenizer, patch_rule_of(processor), "gui-agent", "Answer with one action.")
+    shown, others = gui_screens(2, seed=5), gui_screens(2, seed=6)
+    sampling = SamplingParams(temperature=0.0, max_tokens=2, stop_token_ids=chat.stop_token_ids)
+
+    # Never sent: the answer is a CacheMiss naming exactly that image.
+    never = gui_screens(1, seed=9)[0]
+    ids = np.asarray(chat.context([ChatTurn("Click OK.", SCREEN[::-1])]).ids, np.int32)
+    miss = ray_session.get(engine.generate.remote(
+        GenerateRequest("never", "never", ids, (ImagePart(never.content_hash, never.width, never.height, None),), sampling)
+    ))  # fmt: skip
+    assert isinstance(miss, CacheMiss) and miss.missing == (content_hash(never.pixels),)
+
+    # Shipped once, then evicted by two other screens: the client's reference misses, it resends once.
+    client = InferenceClient([RayEndpoint(engine, "vllm")], InferenceClient.Config(backoff_s=0))
+    turns = [ChatTurn("Click OK.", SCREEN[::-1])]
+    asyncio.run(client.generate("b", np.asarray(chat.context(turns).ids, np.int32), shown[:1], sampling, request_id="b0"))
+    for index, screen in enumerate(others):
+        other = np.asarray(chat.context([ChatTurn("Click OK.", SCREEN[::-1])]).ids, np.int32)
+        asyncio.run(client.generate(f"o{index}", other, [screen], sampling, request_id=f"o{index}"))
+    before = ray_session.get(engine.stats.remote())["cache_miss_replies"]
+    turns[0].answer, turns[0].answer_stopped = [0], False
+    turns.append(ChatTurn("", SCREEN[::-1]))
+    result = asyncio.run(client.generate("b", np.asarray(chat.context(turns).ids, np.int32), shown, sampling, request_id="b1"))
+    assert len(result.token_ids) > 0
+    assert ray_session.get(engine.stats.remote())["cache_miss_replies"] - before == 1
+    assert client.stats.cache_misses == 1
