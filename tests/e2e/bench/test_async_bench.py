@@ -4,9 +4,6 @@ reach the trainer, and those past the bound are the ones cut)."""
 
 from __future__ import annotations
 
-import pytest
-
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def test_vlrl_bench_async_runs_both_modes_side_by_side():

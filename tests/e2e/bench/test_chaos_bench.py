@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
 
 @pytest.mark.parametrize("fault", ["env_host", "store_shard", "grader_hang", "harness_timeout", "hook_store_error"])
 def test_a_fault_in_the_training_loop_is_survived_counted_and_leaves_no_key(ray_session, fault):

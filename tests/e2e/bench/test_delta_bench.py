@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import itertools
 
-import pytest
 
 from vlrl.bench import delta_bench
 from vlrl.bench.curves import curves_of
@@ -14,7 +13,6 @@ from vlrl.bench.delta_http import measure_http, screenshots
 from vlrl.mm import encode_image
 
 
-@pytest.mark.slow
 def test_the_server_counts_each_screenshot_once_under_delta_and_the_whole_history_every_turn_under_full():
     screen, turns = (640, 480), 4
     figures = measure_http(turns=(1, turns), timed=(turns,), runs=2, screens=(screen,))["640x480"]
@@ -34,8 +32,6 @@ def test_the_server_counts_each_screenshot_once_under_delta_and_the_whole_histor
     assert speedup.series == {"full / delta": [(turns, t["rollout_speedup"])]}  # only T4 was timed
 
 
-@pytest.mark.slow
-@pytest.mark.ray
 def test_the_engine_receives_exactly_what_the_client_ships(ray_session):
     images = delta_bench.screenshots(6)
     bytes_ = delta_bench.measure_bytes((6,), images)["T6"]

@@ -28,7 +28,6 @@ def result() -> dict:
     return run_bench("driver", size="smoke")
 
 
-@pytest.mark.slow
 def test_gathering_driver_holds_its_pixel_values(result: dict) -> None:
     sizes = result["batch_sizes"]
     gather = result["driver_rss_mb_gather"]
@@ -41,7 +40,6 @@ def test_gathering_driver_holds_its_pixel_values(result: dict) -> None:
     assert result["driver_pss_mb_gather"][str(sizes[-1])] >= 0.98 * sizes[-1] * pixels
 
 
-@pytest.mark.slow
 def test_metadata_driver_holds_a_small_fraction(result: dict) -> None:
     largest = str(result["batch_sizes"][-1])
     metadata, gather = result["driver_rss_mb_metadata"][largest], result["driver_rss_mb_gather"][largest]
@@ -55,7 +53,6 @@ def test_metadata_driver_holds_a_small_fraction(result: dict) -> None:
     assert alone["increase"]["store_shards_rss_mb"] >= 0.9 * token_payload_mib, alone
 
 
-@pytest.mark.slow
 def test_the_report_plots_both_drivers_over_the_measured_batch_sizes(result: dict) -> None:
     from vlrl.bench.curves import curves_of
 

@@ -122,7 +122,6 @@ def test_metadata_figures_meet_the_issue_targets():
     assert result["owner_local_fraction"] > result["owner_local_fraction_no_pref"]  # the preference acts
 
 
-@pytest.mark.slow
 def test_vlrl_bench_encode_measures_every_scheme_in_a_four_process_world():
     from tests.helpers.run_bench import run_bench
 

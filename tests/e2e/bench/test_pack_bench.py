@@ -62,7 +62,6 @@ def test_a_missing_verl_fails_the_bench_naming_the_install(monkeypatch):
         measure(64, dp=8, budget=65536, seed=0)
 
 
-@pytest.mark.slow
 def test_vlrl_bench_pack_meets_the_issue_targets():
     from tests.helpers.run_bench import run_bench
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 
 from vlrl.bench.packer_bench import CHUNK_ROWS, draw_lengths, measure, measure_tp_pss, write_rows
 from vlrl.store import LocalStore
@@ -27,7 +26,6 @@ def test_lengths_are_long_gui_trajectories():
     assert (lengths >= 16384).mean() > 0.05
 
 
-@pytest.mark.ray
 def test_cp_window_fetch_meets_its_target(ray_session):
     result = _measure(CHUNK_ROWS, 24)
     print(f"\npacker bench (24 rows, chunk {CHUNK_ROWS}): {result}")
@@ -57,7 +55,6 @@ def test_tp_rank_processes_pay_for_one_shared_window_between_them():
     assert result["tp4"]["pss_ratio"] < result["tp2"]["pss_ratio"]
 
 
-@pytest.mark.ray
 def test_whole_row_chunks_miss_the_fetch_target(ray_session):
     """The chunk size is what makes the target hold: a row-sized chunk moves whole rows again."""
     result = _measure(32768, 12)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 
 from tests.helpers.run_bench import run_bench
 from vlrl.bench.curves import curves_of
 
 
-@pytest.mark.slow
 def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_the_baselines_measured_apart_from_start_up():
     result = run_bench("pool", size="smoke")
     n = result["workload"]["episodes"]

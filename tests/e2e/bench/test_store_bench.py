@@ -5,12 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
 
 from tests.helpers.run_bench import run_bench
 
 
-@pytest.mark.slow
 def test_store_bench_prints_every_backend_and_the_ratios_as_last_json_line():
     result = run_bench("store", size="smoke")
     assert set(result["backends"]) == {"local", "ray", "transferqueue"}

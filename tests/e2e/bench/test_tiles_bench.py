@@ -3,9 +3,6 @@ stored, and later turns writing and shipping only the tiles that changed."""
 
 from __future__ import annotations
 
-import pytest
-
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def test_vlrl_bench_tiles_reports_each_trajectory_kind():

@@ -83,7 +83,6 @@ def test_layout_names_and_ratios():
     assert merged["speedup_vs_gloo"] == {"nccl:1x1x1": pytest.approx(4.0)}
 
 
-@pytest.mark.slow
 def test_vlrl_bench_train_reports_every_layout():
     from tests.helpers.run_bench import run_bench
 

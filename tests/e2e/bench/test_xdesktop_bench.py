@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 
 from harnesses.xdesktop.tasks import FAMILIES
 
 
-@pytest.mark.slow
 def test_vlrl_bench_xdesktop_reports_every_family():
     from tests.helpers.run_bench import run_bench
 

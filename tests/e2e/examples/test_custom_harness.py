@@ -36,8 +36,6 @@ def test_the_example_harness_keeps_the_contract_and_its_oracle_solves_it(tiles):
     assert terminated and reward == 0.0 and not info["success"]
 
 
-@pytest.mark.ray
-@pytest.mark.slow
 def test_the_job_trains_on_the_example_harness(ray_session, tmp_path):
     run_dir = tmp_path / "tiles"
     summary = load_recipe(f"{RECIPE}:small", [f"run_dir={run_dir}"]).build().run()

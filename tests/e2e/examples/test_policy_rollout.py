@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from vlrl.config import load_recipe
 
 RECIPE = Path(__file__).resolve().parents[3] / "examples" / "policy_rollout.py"
 
 
-@pytest.mark.ray
-@pytest.mark.slow
 def test_policy_rollout_of_the_tiny_model(ray_session):
     summary = load_recipe(str(RECIPE), ["groups_per_source=1", "sources[0].group_size=4"]).build().run()
     figures = summary["sources"]["desktop-click"]
@@ -25,8 +22,6 @@ def test_policy_rollout_of_the_tiny_model(ray_session):
     assert summary["store_keys_left"] == 0
 
 
-@pytest.mark.ray
-@pytest.mark.slow
 def test_mixed_sources_run_on_their_own_env_pools(ray_session):
     overrides = ["groups_per_source=1", "sources[0].group_size=2", "sources[1].group_size=2"]
     summary = load_recipe(f"{RECIPE}:mixed", overrides).build().run()

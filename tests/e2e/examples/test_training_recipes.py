@@ -38,8 +38,6 @@ def _demonstrations(records: list[dict]) -> dict:
     return record
 
 
-@pytest.mark.ray
-@pytest.mark.slow
 def test_desktop_form_trains_on_multi_turn_typing_demonstrations_with_step_credit(ray_session, tmp_path):
     summary, records = _run_small("train_desktop_form.py", tmp_path / "form", "driver.hook.step_credit=StepCredit")
     demos = _demonstrations(records)
@@ -63,8 +61,6 @@ def test_the_select_menu_recipes_load_and_differ_in_step_credit_replay_or_warm_s
     assert (config.trainer.trainer.loss.tis_cap is None) == (spec != "replay")
 
 
-@pytest.mark.ray
-@pytest.mark.slow
 def test_web_app_trains_on_browser_rollouts(ray_session, tmp_path):
     summary, records = _run_small("train_web_app.py", tmp_path / "web")
     demos = _demonstrations(records)
@@ -73,8 +69,6 @@ def test_web_app_trains_on_browser_rollouts(ray_session, tmp_path):
     assert episodes >= 4 and turns > 1  # 2 steps of 1 group of 2
 
 
-@pytest.mark.ray
-@pytest.mark.slow
 def test_miniwob_trains_on_miniwob_rollouts(ray_session, tmp_path):
     _, records = _run_small("train_miniwob.py", tmp_path / "miniwob")
     demos = _demonstrations(records)
@@ -83,8 +77,6 @@ def test_miniwob_trains_on_miniwob_rollouts(ray_session, tmp_path):
     assert episodes >= 16 and turns == 1  # 2 steps of 2 groups of 4, one click each
 
 
-@pytest.mark.ray
-@pytest.mark.slow
 def test_xdesktop_trains_on_real_desktop_rollouts(ray_session, tmp_path):
     summary, records = _run_small("train_xdesktop.py", tmp_path / "xdesktop")
     demos = _demonstrations(records)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -16,8 +15,6 @@ from encoders.spec import ENCODER_DIR
 from vlrl.config import load_recipe
 from vlrl.job.metrics_log import read_metrics
 from vlrl.mm import PatchRule
-
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 RECIPE = Path(__file__).resolve().parents[3] / "examples" / "train_custom_encoder.py"
 

@@ -31,8 +31,6 @@ def _report(summary: dict) -> dict:
     return json.loads((Path(summary["report"]).parent / "eval.json").read_text())
 
 
-@pytest.mark.slow
-@pytest.mark.ray
 def test_a_run_folder_is_evaluated_on_its_own_sources_with_its_newest_checkpoint(ray_session, tiny_path, tmp_path, capsys):
     run = tmp_path / "run"
     for step in (1, 2):
@@ -60,8 +58,6 @@ def test_a_run_folder_is_evaluated_on_its_own_sources_with_its_newest_checkpoint
     assert len(list((run / "eval" / "episodes").glob("*.png"))) == 1
 
 
-@pytest.mark.slow
-@pytest.mark.ray
 def test_a_checkpoint_scores_the_same_on_embedded_engines_and_through_vlrl_serve(ray_session, tiny_path, tmp_path, capsys):
     tasks = ["--harness", "desktop", "--tasks", "click-target", "--episodes", "6", "--no-chance", *ONE_TURN, *SMALL_SCREEN]
     embedded = _eval(capsys, str(tiny_path), "--out", str(tmp_path / "embedded"), "--set", "engine.max_batch=1", *tasks)

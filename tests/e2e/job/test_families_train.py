@@ -12,8 +12,6 @@ from tests.helpers.hf_checkpoints import build_hf_checkpoint
 from vlrl.cli import main
 from vlrl.config import load_recipe
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
 RECIPE = Path(__file__).resolve().parents[3] / "examples" / "train_click.py"
 STEPS = load_recipe(f"{RECIPE}:small", []).steps
 

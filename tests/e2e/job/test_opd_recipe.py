@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from vlrl.config import load_recipe
 from vlrl.job.metrics_log import read_metrics
-
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 RECIPE = Path(__file__).resolve().parents[3] / "examples" / "train_opd.py"
 

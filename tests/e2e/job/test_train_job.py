@@ -15,8 +15,6 @@ from vlrl.config import load_recipe
 from vlrl.job.metrics_log import read_metrics
 from vlrl.job.run_folder import read_checkpoint_state
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
 RECIPE = Path(__file__).resolve().parents[3] / "examples" / "train_click.py"
 SUMMARY_KEYS = {"success_first", "success_warm_start", "success_last", "success_chance", "steps", "wall_s"}
 

@@ -21,8 +21,6 @@ from vlrl.pool import HarnessPool, HostBudget, HostConfig
 from vlrl.records import Batch
 from vlrl.store.ray_store import RayStore
 
-pytestmark = pytest.mark.ray
-
 register("light", "tests.helpers.light_harness:LightHarness")
 register("light-other", "tests.helpers.light_harness:OtherLightHarness")
 

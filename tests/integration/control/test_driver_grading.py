@@ -33,7 +33,6 @@ def test_grading_is_bounded_by_default():
     assert timeout is not None and math.isfinite(timeout) and timeout > 0
 
 
-@pytest.mark.ray
 def test_a_hung_judge_holds_back_rollouts_and_its_groups_fail_counted(ray_session):
     store = RayStore.Config(namespace=uuid.uuid4().hex[:8]).build()
     pool = HarnessPool.Config(

@@ -16,8 +16,6 @@ from vlrl.control.driver import Driver, DriverStalled
 from vlrl.store import StoreTimeoutError
 from vlrl.store.ray_store import RayStore
 
-pytestmark = pytest.mark.ray
-
 
 class FailingGets(RayStore):
     """The driver's client of the run's store: its first ``failures`` gets raise (the loop hosts

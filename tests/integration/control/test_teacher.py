@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
-import pytest
 from transformers import Qwen2VLForConditionalGeneration
 
 from tests.helpers.reference_logprobs import reference_logprobs
@@ -18,8 +17,6 @@ from vlrl.rollout.chat import ChatFormat, ChatTurn
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.store import LocalStore
-
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def _stored_sequence(store, processor, index: int) -> SeqMeta:

@@ -8,12 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.slow
 def test_hosts_spread_over_two_nodes():
     command = [sys.executable, "scripts/ray_cluster_check.py", sys.executable, "-m", "vlrl.cli", "rollout",
                "examples/policy_rollout.py", "--set", "groups_per_source=1"]  # fmt: skip

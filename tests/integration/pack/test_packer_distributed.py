@@ -25,8 +25,6 @@ from tests.unit.pack.test_packer import STORED, assert_matches, assert_shards_ma
 from vlrl.pack import Layout, PackedWindow, new_tp_group, packer_for_rank
 from vlrl.records import ADVANTAGES
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
 WORLD = 4
 LAYOUTS = [(1, 2, 2), (2, 2, 1)]
 CHUNK_ROWS = 16

@@ -14,8 +14,6 @@ import pytest
 from vlrl.harness import register
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode, TenantContext
 
-pytestmark = pytest.mark.ray
-
 register("light", "tests.helpers.light_harness:LightHarness")
 register("light-other", "tests.helpers.light_harness:OtherLightHarness")
 

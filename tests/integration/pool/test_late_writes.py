@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 
 from tests.integration.pool.test_harness_pool import _pool
 from tests.unit.rollout.test_trajectory import RULE, _image, _result
@@ -18,8 +17,6 @@ from vlrl.records import SeqMeta
 from vlrl.rollout.chat import Segment
 from vlrl.rollout.trajectory import Trajectory
 from vlrl.store.ray_store import RayStore
-
-pytestmark = pytest.mark.ray
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,6 @@ def test_a_harness_registered_by_the_callers_module_is_built_in_the_subprocess(t
     assert "'colour', 'width'" in caught.value.expected
 
 
-@pytest.mark.slow
 def test_vlrl_train_fails_on_a_refused_setting_before_ray_starts(tmp_path) -> None:
     recipe = tmp_path / "bad_recipe.py"
     recipe.write_text(textwrap.dedent("""

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 from vlrl.pool.ray_runtime import RayRuntime
 
@@ -53,7 +52,6 @@ PROBE = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
 def test_a_local_ray_listens_on_loopback_only():
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]

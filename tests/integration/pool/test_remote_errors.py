@@ -12,8 +12,6 @@ from vlrl.harness import register
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode
 from vlrl.pool.remote_errors import describe
 
-pytestmark = pytest.mark.ray
-
 register("light", "tests.helpers.light_harness:LightHarness")
 
 LONG = "x" * 300

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import pickle
 
-import pytest
 
 from harnesses.desktop.harness import DesktopHarness
 from vlrl.harness import Action, resolve
@@ -15,8 +14,6 @@ from vlrl.pool import HostConfig
 from vlrl.pool.env_host import EnvHost
 from vlrl.pool.screens import ShippedObservation, new_receiver
 from vlrl.pool.tenant import EnvAssignment, EnvSession
-
-pytestmark = pytest.mark.ray
 
 SETTINGS = {"width": 640, "height": 480, "tasks": ("fill-form",), "max_steps": 100}
 TYPED = "ada lovelace"

@@ -31,7 +31,6 @@ def _config(**changes) -> ScriptedRollout.Config:
     return validate(config)
 
 
-@pytest.mark.ray
 def test_each_source_runs_on_its_own_pool_with_its_own_settings(ray_session, capsys):
     summary = _config().build().run()
     assert summary["pool_sizes"] == {"loop": 1, "light": 1, "light-other": 1}

@@ -20,8 +20,6 @@ from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.store.ray_store import RayStore
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
 SOURCE = DataSource(
     name="click",
     codebase="desktop",

@@ -21,8 +21,6 @@ from vlrl.rollout.ray_endpoint import RayEndpoint
 from vlrl.rollout.trajectory import Trajectory
 from vlrl.store import LocalStore
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
 
 def _screens(n: int) -> list[ContextImage]:
     rng = np.random.default_rng(1)

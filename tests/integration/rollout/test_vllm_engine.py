@@ -271,7 +271,6 @@ def test_starting_the_engine_without_vllm_says_how_to_install_it(monkeypatch, ti
         VLLMEngine(VLLMEngine.Config(), str(tiny_path))
 
 
-@pytest.mark.ray
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed: the actor would start it")
 def test_the_actor_fails_to_start_with_the_message(ray_session, tiny_path):
     ray = ray_session

@@ -7,8 +7,6 @@ import uuid
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.ray
-
 
 def _build(kind: str):
     name = uuid.uuid4().hex[:8]

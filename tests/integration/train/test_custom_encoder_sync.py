@@ -26,8 +26,6 @@ from vlrl.train.loss import PolicyLoss
 from vlrl.train.trainer import Trainer
 from vlrl.train.trainer_group import TrainerGroup
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
 RECIPE = Path(__file__).resolve().parents[3] / "examples" / "train_custom_encoder.py"
 
 

@@ -182,8 +182,6 @@ def _load_metas(store) -> list[dict]:
     return pickle.loads(store.get(["enc/metas"], ["blob"])["enc/metas"]["blob"].tobytes())
 
 
-@pytest.mark.ray
-@pytest.mark.slow
 def test_step_encoder_matches_single_process(ray_session, tmp_path):
     import dataclasses
     import pickle

@@ -21,8 +21,6 @@ from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.protocol import GenerateRequest, ImagePart
 from vlrl.store.ray_store import RayStore
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
 
 @pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen3_vl"])
 def stored(request, ray_session, tmp_path_factory):

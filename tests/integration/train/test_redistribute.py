@@ -143,7 +143,6 @@ def _rank_main(rank: int, rendezvous: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.slow
 def test_redistribute_matches_single_process(tmp_path):
     mp.spawn(_rank_main, args=(str(tmp_path / "rendezvous"),), nprocs=WORLD, join=True)
 

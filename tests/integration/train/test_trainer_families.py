@@ -12,8 +12,6 @@ from tests.integration.train.test_trainer_parallel import LOSS, _assert_matches,
 from tests.helpers.trainer_workload import make_workload, reference_step
 from vlrl.models import build_tiny
 
-pytestmark = pytest.mark.slow
-
 FAMILIES = ["qwen2_5_vl", "qwen3_vl"]
 
 

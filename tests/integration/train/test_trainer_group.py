@@ -21,8 +21,6 @@ from vlrl.train.loss import PolicyLoss
 from vlrl.train.trainer import Trainer
 from vlrl.train.trainer_group import TrainerGroup
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
 
 @pytest.fixture(scope="module")
 def stored(ray_session, tiny_path):

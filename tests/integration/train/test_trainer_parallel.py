@@ -100,7 +100,6 @@ def _assert_matches(shape, result, reference_loss, reference_grads, reference_we
         torch.testing.assert_close(weights[name], want, rtol=1e-7, atol=weight_atol, msg=lambda m: f"{shape} {name}: {m}")
 
 
-@pytest.mark.slow
 def test_two_rank_layouts_match_single_process(tiny_path, reference, tmp_path):
     work, *want = reference
     layouts = [(2, 1, 1), (1, 2, 1), (1, 1, 2)]
@@ -109,7 +108,6 @@ def test_two_rank_layouts_match_single_process(tiny_path, reference, tmp_path):
         _assert_matches(shape, results[shape], *want)
 
 
-@pytest.mark.slow
 def test_four_rank_layouts_match_single_process(tiny_path, reference, tmp_path):
     work, *want = reference
     layouts = [(1, 2, 2), (2, 2, 1)]
@@ -132,7 +130,7 @@ def kl_reference(tmp_path_factory):
     return str(build_tiny("qwen2_vl", tmp_path_factory.mktemp("kl-reference"), seed=7))
 
 
-@pytest.mark.parametrize("world, layouts", [(1, [(1, 1, 1)]), pytest.param(2, [(2, 1, 1), (1, 1, 2)], marks=pytest.mark.slow)])
+@pytest.mark.parametrize("world, layouts", [(1, [(1, 1, 1)]), (2, [(2, 1, 1), (1, 1, 2)])])
 def test_tis_and_the_kl_penalty_match_single_process(tiny_path, kl_reference, tmp_path, world, layouts):
     """Truncated importance weights and a KL term against a frozen reference, computed by the
     trainer's ranks, give the loss, gradients and updated weights of a plain forward of each
@@ -171,7 +169,7 @@ def _spanning_a_weight_update(work: Workload) -> tuple[Workload, Workload]:
     return Workload(spanning, work.rows, work.images), Workload(work.metas, masked, work.images)
 
 
-@pytest.mark.parametrize("world, layouts", [(1, [(1, 1, 1)]), pytest.param(2, [(1, 2, 1), (1, 1, 2)], marks=pytest.mark.slow)])
+@pytest.mark.parametrize("world, layouts", [(1, [(1, 1, 1)]), (2, [(1, 2, 1), (1, 1, 2)])])
 def test_tokens_older_than_the_staleness_bound_leave_the_loss_exactly(tiny_path, reference, tmp_path, world, layouts):
     """Sequences whose turns two policy versions sampled, trained with ``min_version`` = the newer:
     the loss, gradients and weights are those of the same rows with the older turn's tokens

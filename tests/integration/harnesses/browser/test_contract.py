@@ -8,7 +8,6 @@ from harnesses.browser import BrowserHarness
 from vlrl.harness import HarnessError, check_harness, make
 
 
-@pytest.mark.slow
 def test_passes_the_harness_checker():
     check_harness(lambda: BrowserHarness())
 

@@ -65,7 +65,6 @@ def test_done_and_fail_end_the_episode_unrewarded(harness, kind):
         harness.step(Action.wait())
 
 
-@pytest.mark.slow
 def test_same_seed_same_screenshot_on_a_fresh_and_a_used_instance(harness):
     """Screenshots, not just goals, repeat exactly: the page is rebuilt from the seed in one font
     (DejaVu Sans) without animations, tiles are fully re-rastered (``--disable-partial-raster``:
@@ -98,7 +97,6 @@ def test_reset_refuses_unknown_options(harness):
         harness.reset(seed="zero")
 
 
-@pytest.mark.slow
 def test_order_limits_and_task_restriction():
     harness = BrowserHarness(tasks=["shop-checkout"], max_steps=3)
     try:

@@ -44,7 +44,6 @@ def test_close_leaves_no_browser_processes():
         harness.reset(seed=0)
 
 
-@pytest.mark.slow
 def test_runs_on_a_dedicated_thread():
     """As on an env host: built, used and closed by one thread that is not the main thread."""
     outcome: dict[str, object] = {}

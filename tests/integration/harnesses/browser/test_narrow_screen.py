@@ -3,14 +3,12 @@ checker's 'oracle' rule found it scrolling up and down for ever at 400x300)."""
 
 from __future__ import annotations
 
-import pytest
 
 from harnesses.browser import BrowserHarness
 from tests.helpers.play import play
 from vlrl.harness import check_harness
 
 
-@pytest.mark.slow
 def test_the_oracle_reaches_what_is_beside_a_narrow_screen():
     harness = BrowserHarness(width=400, height=300)
     try:
@@ -23,6 +21,5 @@ def test_the_oracle_reaches_what_is_beside_a_narrow_screen():
         harness.close()
 
 
-@pytest.mark.slow
 def test_passes_the_checker_on_a_narrow_screen():
     check_harness(BrowserHarness, settings={"width": 400, "height": 300})

@@ -64,7 +64,6 @@ def _record_events(harness, *types):
     return lambda: harness.browser.driver.execute_script("const s = window.seen; window.seen = []; return s;")
 
 
-@pytest.mark.slow
 def test_screenshot_is_the_task_area_pixel_for_pixel(harness):
     obs, _ = harness.reset(seed=0, options={"task": "click-test"})
     scale = harness.config.scale
@@ -78,7 +77,6 @@ def test_screenshot_is_the_task_area_pixel_for_pixel(harness):
     assert (shot[50 * scale, right] == (255, 255, 255)).all()
 
 
-@pytest.mark.slow
 def test_pointer_events_arrive_at_the_page_pixel_shown(harness):
     """Both corners of a page pixel's block on screen move the real mouse to that page pixel."""
     harness.reset(seed=0, options={"task": "click-test"})
@@ -90,7 +88,6 @@ def test_pointer_events_arrive_at_the_page_pixel_shown(harness):
             assert seen()[-1][1:3] == [px, py], (x, y)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_clicks_hit_exactly_the_pixels_of_the_element(harness, seed):
     """Click one upscaled pixel outside each edge of the text box (a miss), then its last pixel inside."""
@@ -105,7 +102,6 @@ def test_clicks_hit_exactly_the_pixels_of_the_element(harness, seed):
     assert terminated and reward > 0 and info["success"]
 
 
-@pytest.mark.slow
 def test_typing_and_key_chords_edit_the_focused_field(harness):
     harness.reset(seed=0, options={"task": "enter-text"})
     left, right, top, bottom = _box(harness, "tt")
@@ -120,7 +116,6 @@ def test_typing_and_key_chords_edit_the_focused_field(harness):
     assert _element(harness, "tt").value == "Zoe"
 
 
-@pytest.mark.slow
 def test_drag_scroll_and_right_click_reach_the_page_where_aimed(harness):
     """Kinds no default task needs still deliver their events at the mapped page pixels."""
     harness.reset(seed=0, options={"task": "click-test"})
@@ -136,7 +131,6 @@ def test_drag_scroll_and_right_click_reach_the_page_where_aimed(harness):
     assert sum(row[4] for row in wheel) == -50 and sum(row[5] for row in wheel) == 100  # 50 px a notch
 
 
-@pytest.mark.slow
 def test_a_double_click_is_a_click_to_the_page(harness):
     harness.reset(seed=1, options={"task": "click-test"})
     left, right, top, bottom = _box(harness, "subbtn")
@@ -145,7 +139,6 @@ def test_a_double_click_is_a_click_to_the_page(harness):
     assert terminated and reward > 0 and info["success"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "action",
     [Action.click(320, 0), Action.click(0, 420), Action.drag(1, 1, 400, 1), Action.scroll(0, 999, down=1)],

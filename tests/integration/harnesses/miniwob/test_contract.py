@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
 
 from harnesses.miniwob import MiniWoBHarness
 from vlrl.harness import check_harness, make
 
 
-@pytest.mark.slow
 def test_miniwob_passes_the_harness_contract():
     check_harness(MiniWoBHarness)
 
 
-@pytest.mark.slow
 def test_make_and_config_build_give_a_working_harness():
     for harness in (make("miniwob", tasks=("click-test",), scale=3), MiniWoBHarness.Config(max_steps=4).build()):
         try:

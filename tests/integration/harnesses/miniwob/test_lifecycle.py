@@ -45,7 +45,6 @@ def descendants(root: int) -> set[int]:
     return found
 
 
-@pytest.mark.slow
 def test_close_ends_every_process_and_is_idempotent():
     harness = MiniWoBHarness(tasks=("click-test",))
     with pytest.raises(HarnessError, match="before reset"):
@@ -61,7 +60,6 @@ def test_close_ends_every_process_and_is_idempotent():
         harness.step(Action.wait())
 
 
-@pytest.mark.slow
 def test_a_dropped_harness_still_ends_its_processes():
     harness = MiniWoBHarness(tasks=("click-test",))
     owned = harness.browser.processes()
@@ -70,7 +68,6 @@ def test_a_dropped_harness_still_ends_its_processes():
     assert owned and live(owned) == set()
 
 
-@pytest.mark.slow
 def test_switching_task_keeps_the_same_chromium(harness):
     harness.reset(seed=0, options={"task": "click-test"})
     session, driver_pid = harness.browser.driver.session_id, harness.browser.driver_pid
@@ -79,7 +76,6 @@ def test_switching_task_keeps_the_same_chromium(harness):
     assert (harness.browser.driver.session_id, harness.browser.driver_pid) == (session, driver_pid)
 
 
-@pytest.mark.slow
 def test_same_seed_same_episode_whatever_came_before(harness):
     """Focus and the mouse position outlive an episode on the page; reset must not show them."""
     first, info = harness.reset(seed=5, options={"task": "enter-text"})
@@ -93,7 +89,6 @@ def test_same_seed_same_episode_whatever_came_before(harness):
     assert (first.screenshot == again.screenshot).all()
 
 
-@pytest.mark.slow
 def test_step_limit_truncates_and_ends_the_episode():
     harness = MiniWoBHarness(tasks=("click-test",), max_steps=2)
     try:
@@ -108,7 +103,6 @@ def test_step_limit_truncates_and_ends_the_episode():
         harness.close()
 
 
-@pytest.mark.slow
 def test_miniwob_clock_ends_a_slow_episode_with_minus_one():
     harness = MiniWoBHarness(tasks=("click-test",), time_limit_s=0.3)
     try:
@@ -121,7 +115,6 @@ def test_miniwob_clock_ends_a_slow_episode_with_minus_one():
         harness.close()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["done", "fail"])
 def test_done_or_fail_before_the_page_ends_counts_as_a_timeout(harness, kind):
     harness.reset(seed=0, options={"task": "click-test"})
@@ -129,7 +122,6 @@ def test_done_or_fail_before_the_page_ends_counts_as_a_timeout(harness, kind):
     assert terminated and reward == -1.0 and not info["success"] and info["reason"] == f"agent said {kind}"
 
 
-@pytest.mark.slow
 def test_bad_reset_arguments_name_the_problem(harness):
     with pytest.raises(HarnessError, match="'colour'"):
         harness.reset(seed=0, options={"colour": "red"})
@@ -141,7 +133,6 @@ def test_bad_reset_arguments_name_the_problem(harness):
         harness.step(Action.wait())
 
 
-@pytest.mark.slow
 def test_any_thread_may_drive_an_instance(harness):
     """Not thread-bound: reset on one thread, step on another, as an env host's worker threads do."""
     results = []
@@ -156,7 +147,6 @@ def test_any_thread_may_drive_an_instance(harness):
     assert results[1][2] and results[1][1] > 0
 
 
-@pytest.mark.slow
 def test_close_after_chromedriver_died_still_ends_chromium():
     harness = MiniWoBHarness(tasks=("click-test",))
     owned = harness.browser.processes()

@@ -7,7 +7,6 @@ import pytest
 from harnesses.miniwob import DEFAULT_TASKS
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("task", DEFAULT_TASKS)
 def test_oracle_reaches_positive_reward(harness, task):
     for seed in (0, 1, 2):

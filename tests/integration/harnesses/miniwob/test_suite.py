@@ -31,12 +31,10 @@ def test_an_unknown_suite_is_refused_before_a_browser_starts():
         MiniWoBHarness(suite="everything")
 
 
-@pytest.mark.slow
 def test_the_default_suite_is_the_oracle_tasks(harness):
     assert harness.tasks == DEFAULT_TASKS and set(harness.tasks) == set(POLICIES)
 
 
-@pytest.mark.slow
 def test_the_all_suite_runs_every_bundled_page_with_miniwobs_reward():
     pages = bundled_pages()
     assert len(pages) >= 125 and "click-test-2" in pages and "click-test-2" not in POLICIES

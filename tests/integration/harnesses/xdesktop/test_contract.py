@@ -9,8 +9,6 @@ import pytest
 from harnesses.xdesktop import XDesktopHarness
 from vlrl.harness import Action, ActionError, HarnessError, check_harness
 
-pytestmark = pytest.mark.slow
-
 
 def test_passes_the_harness_checker():
     check_harness(lambda: XDesktopHarness(width=800, height=600))

@@ -16,8 +16,6 @@ from harnesses.xdesktop.tasks.base import wait_for_window, window_title
 from tests.helpers.play import play
 from vlrl.harness import Action
 
-pytestmark = pytest.mark.slow
-
 EDITOR = ("editor-write-save", "editor-edit-line", "editor-append-line", "editor-replace-word")
 TERMINAL = ("terminal-run-save", "terminal-list-to-file")
 SEEDS = (100, 101, 102)

@@ -14,8 +14,6 @@ from harnesses.xdesktop import XDesktopHarness
 from harnesses.xdesktop.tasks.calculator import CONF, galculator_conf, read_conf
 from vlrl.harness import Action
 
-pytestmark = pytest.mark.slow
-
 FAMILIES = ("files-rename", "files-create-folder", "files-move", "calc-compute-to-file", "calc-setting")
 SEEDS = (100, 101, 102)
 

@@ -11,11 +11,8 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from harnesses.xdesktop import XDesktopHarness
-
-pytestmark = pytest.mark.slow
 
 
 def _alive(pids: list[int]) -> list[int]:

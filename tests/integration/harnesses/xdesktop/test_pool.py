@@ -10,11 +10,8 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode
-
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 PROGRAMS = ("Xvfb", "openbox", "mousepad", "galculator", "xterm", "pcmanfm")
 SETTINGS = {"width": 640, "height": 480, "tasks": ["editor-write-save"], "max_steps": 6}

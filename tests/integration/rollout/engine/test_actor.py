@@ -10,8 +10,6 @@ from vlrl.config import ConfigError, validate
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.protocol import CacheMiss, GenerateResult
 
-pytestmark = pytest.mark.ray
-
 
 def test_actor_batches_updates_and_restarts_empty(ray_session, tiny_path, processor):
     ray = ray_session

@@ -23,8 +23,6 @@ from vlrl.cli import main
 from vlrl.mm import encode_image
 from vlrl.rollout.http_endpoint import parse_metrics
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
 
 def _metrics(base: str) -> dict[str, float]:
     with urllib.request.urlopen(base + "/metrics") as response:
