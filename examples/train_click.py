@@ -59,7 +59,7 @@ def mixed() -> TrainJob.Config:
     in its own env pool (budget shares) and with its share of every batch (batch shares 3:1)."""
     config = recipe()
     config.run_dir = "runs/train_mixed"
-    config.trainer.trainer.micro_batches.max_tokens_per_micro_batch = 2048  # 320x240 pages, 2 turns
+    config.micro_batches.max_tokens_per_micro_batch = 2048  # 320x240 pages, 2 turns
     config.pool.budget = HostBudget(total_hosts=4, shares={"loop": 1, "desktop": 2, "browser": 1})
     config.sources[0].batch_share = 3
     config.sources.append(

@@ -6,7 +6,7 @@
 
 ``ConvPatchEncoder`` below is user code: a small conv net over the processor-resized screenshot.
 Loading this file registers it as ``conv-patch``; the same ``EncoderSpec`` on ``engine.encoder``
-and ``trainer.trainer.encoder`` makes the rollout engines and the trainer encode every image with
+and ``trainer.encoder`` makes the rollout engines and the trainer encode every image with
 it (Ray ships the class to their actors by value). Its weights start from the spec's seed, train
 with the LLM, reach the engines with every weight push, and are saved in each checkpoint's
 ``hf/encoder/`` (``--resume`` restores them).
@@ -140,7 +140,7 @@ def conv_encoder(tiny: TinyModel) -> EncoderSpec:
 def with_encoder(config: TrainJob.Config, run_dir: str) -> TrainJob.Config:
     config.run_dir = run_dir
     config.engine.encoder = conv_encoder(config.tiny)
-    config.trainer.trainer.encoder = conv_encoder(config.tiny)
+    config.trainer.encoder = conv_encoder(config.tiny)
     return config
 
 

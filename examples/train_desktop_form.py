@@ -61,7 +61,7 @@ def recipe() -> TrainJob.Config:
     config.sources = [form_source()]
     config.driver.max_groups_in_flight = 8
     config.warm_start = WarmStart(episodes=512, steps=400, sequences_per_step=16, lr=1e-3, point_grid=7)
-    config.trainer.trainer.lr = 1e-4  # at the warm start's 1e-3, Adam's first steps undo it (docs/lab)
+    config.optim.lr = 1e-4  # at the warm start's 1e-3, Adam's first steps undo it (docs/lab)
     config.steps = 20
     config.eval = Evaluation(episodes=100, every=5)
     return config

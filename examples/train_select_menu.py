@@ -52,7 +52,7 @@ def recipe() -> TrainJob.Config:
     """The main job's settings on select-menu (warm start on 512 demonstrations, 50 GRPO steps),
     the warm start's rate decaying to a tenth."""
     config = base_recipe([menu_source()], run_dir="runs/train_select_menu")
-    config.warm_start.lr_schedule = "cosine"
+    config.warm_start.schedule = "cosine"
     return config
 
 
@@ -69,7 +69,7 @@ def replay() -> TrainJob.Config:
     config = recipe()
     config.run_dir = "runs/train_select_menu_replay"
     config.sources[0].replay = Replay(max_pass_rate=0.25, revisits=2, cap=32, max_age=4)
-    config.trainer.trainer.loss.tis_cap = 2.0
+    config.loss.tis_cap = 2.0
     return config
 
 
@@ -77,7 +77,7 @@ def long_warm_start() -> TrainJob.Config:
     """``recipe`` with a warm start on 8x the demonstrations and 4x the steps. Measured: 0.44
     held-out after the warm start (24 min; 0.42 with the main job's settings, whose 50 GRPO steps then
     gave 0.38, 0.375, 0.375, 0.40, 0.37, within noise of it). At lr 1e-4 (``--set
-    trainer.trainer.lr=1e-4 --set steps=100``) GRPO went from 0.45 to 0.415, step-level credit to 0.46."""
+    optim.lr=1e-4 --set steps=100``) GRPO went from 0.45 to 0.415, step-level credit to 0.46."""
     config = recipe()
     config.run_dir = "runs/train_select_menu_long_warm_start"
     config.warm_start.episodes, config.warm_start.steps = 4096, 1000

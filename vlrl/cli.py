@@ -60,7 +60,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         "  vlrl train examples/train_click.py\n"
         "  vlrl train examples/train_click.py --resume\n"
         "  vlrl train path/to/recipe.py --print-config\n"
-        "  vlrl train path/to/recipe.py:small --set trainer.trainer.lr=1e-4 --set store=RayStore",
+        "  vlrl train path/to/recipe.py:small --set optim.lr=1e-4 --set store=RayStore",
     )
     _add_recipe_arguments(train)
     train.add_argument(
@@ -249,8 +249,9 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config field by its dotted path (repeatable): optim.lr=1e-6, tags=a,b or [\"a\"], "
-        "store=RayStore to pick that config; train --print-config lists every path",
+        help="override a config field by its dotted path (repeatable): optim.lr=1e-4 and steps=40 (train), "
+        "sources[0].env.tasks=[click-target], sources[0].env.params.jitter=0, store=RayStore to pick that config; "
+        "--print-config lists every path",
     )
     parser.add_argument(
         "--print-config", action="store_true", help="print the validated config, each field with its documentation, and exit"

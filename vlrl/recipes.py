@@ -48,6 +48,7 @@ from vlrl.store import LocalStore
 from vlrl.store.ray_store import RayStore
 from vlrl.store.transferqueue_store import TransferQueueStore
 from vlrl.train.loss import PolicyLoss
+from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer import Trainer
 from vlrl.train.trainer_group import TrainerGroup
 
@@ -72,6 +73,7 @@ __all__ = [
     "MicroBatchPlanner",
     "MlflowTracker",
     "OpenAIEndpoint",
+    "Optimizer",
     "OverlongPenalty",
     "PassRateSampler",
     "PolicyLoss",
@@ -113,14 +115,10 @@ def base_recipe(sources: list[DataSource], *, run_dir: str = "runs/train") -> Tr
         driver=Driver.Config(
             groups_per_batch=8, max_staleness=1, max_groups_in_flight=16, prefetch_batches=1, hook=GroupHook.Config()
         ),
-        trainer=TrainerGroup.Config(
-            cpus_per_worker=1,
-            trainer=Trainer.Config(
-                lr=1e-3,
-                loss=PolicyLoss.Config(kind="grpo"),
-                micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
-            ),
-        ),
+        optim=Optimizer.Config(lr=1e-3),
+        loss=PolicyLoss.Config(kind="grpo"),
+        micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
+        trainer=TrainerGroup.Config(cpus_per_worker=1),
         warm_start=WarmStart(episodes=512, steps=250, sequences_per_step=32, lr=1e-2, point_grid=7),
         steps=50,
         eval=Evaluation(episodes=200, every=10),

@@ -314,6 +314,7 @@ def measure(shape: tuple[int, int, int], model_path: str, args: argparse.Namespa
     from vlrl.pack import Layout, MicroBatchPlanner
     from vlrl.store import LocalStore
     from vlrl.train.loss import PolicyLoss
+    from vlrl.train.optimizer import Optimizer
     from vlrl.train.trainer import Trainer
 
     world = shape[0] * shape[1] * shape[2]
@@ -322,7 +323,7 @@ def measure(shape: tuple[int, int, int], model_path: str, args: argparse.Namespa
     metas = write_workload(store, model_path, args.tokens_per_rank * world, budget, *args.screen)
     torch.cuda.reset_peak_memory_stats()
     config = Trainer.Config(
-        dtype=args.dtype, lr=1e-6, loss=PolicyLoss.Config(kind="grpo"),
+        dtype=args.dtype, optim=Optimizer.Config(lr=1e-6), loss=PolicyLoss.Config(kind="grpo"),
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=budget),
     )  # fmt: skip
     trainer = config.build(model_path=model_path, store=store, layout=Layout(*shape))

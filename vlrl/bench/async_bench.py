@@ -154,7 +154,7 @@ def _train(run_dir: Path, name: str, mode: str, policy: str, shape: dict[str, An
         # One decode thread: with up to 128 episodes in flight beside the trainer, two threads
         # oversubscribed the two cores (measured: 10 synchronous steps in 219 s with two, 141 s with one).
         config.engine = replace(config.engine, torch_threads=1)
-        config.trainer.trainer.micro_batches = replace(config.trainer.trainer.micro_batches, max_tokens_per_micro_batch=8192)
+        config.micro_batches = replace(config.micro_batches, max_tokens_per_micro_batch=8192)
         # Fifteen tries make most groups all-pass (and an untrained policy all-fail): train every
         # group, so that both modes take the same steps on the same groups' worth of episodes.
         hook = config.driver.hook

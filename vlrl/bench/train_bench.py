@@ -147,6 +147,7 @@ def measure_layout(
     from vlrl.pack import Layout, MicroBatchPlanner
     from vlrl.store import LocalStore
     from vlrl.train.loss import PolicyLoss
+    from vlrl.train.optimizer import Optimizer
     from vlrl.train.trainer import Trainer
 
     cuda = dist.get_backend() == "nccl"
@@ -154,7 +155,7 @@ def measure_layout(
     metas = write_workload(store, workload, model_path)
     before_build = memory_mb()["rss_mb"]
     config = Trainer.Config(
-        dtype=dtype, lr=1e-5, loss=PolicyLoss.Config(kind="grpo"),
+        dtype=dtype, optim=Optimizer.Config(lr=1e-5), loss=PolicyLoss.Config(kind="grpo"),
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=workload.micro_batch_tokens),
     )  # fmt: skip
     trainer = config.build(model_path=str(model_path), store=store, layout=Layout(*shape))

@@ -2,11 +2,19 @@
 
 Values: ``int``; ``float`` (``1e-3``); ``bool`` (``true/false/1/0/yes/no``); ``str`` as written;
 a ``Literal`` option; ``none``/``null`` for an optional field; lists and tuples as JSON
-(``[1, 2]``) or comma-separated (``1,2``); dicts as JSON. A field whose type is a config, or a
-union of configs, takes the name of the config to use (``store=RayStore`` picks ``RayStore.Config``
-with its defaults); later overrides then set its fields (``store.namespace=eval``). Selecting the
-config that is already there keeps its values. Configs inside a list are reached by index
-(``sources[0].weight=2``); a list itself is set whole.
+(``[1, 2]``), in brackets with bare words (``[distinct, click-target]``) or comma-separated
+(``1,2``); dicts as JSON or ``{key: value, ...}`` with bare words. A field whose type is a
+config, or a union of configs, takes the name of the config to use (``store=RayStore`` picks
+``RayStore.Config`` with its defaults); later overrides then set its fields
+(``store.namespace=eval``). Selecting the config that is already there keeps its values.
+Configs inside a list are reached by index (``sources[0].weight=2``); a list itself is set
+whole. A key of a dict field is reached as one more dotted name
+(``sources[0].env.params.jitter=0``), its value parsed by the dict's value type: where that
+allows several (``int | float | str | bool``), an integer, a number, ``true``/``false``, else the
+word as written.
+
+A path that has moved (``vlrl.config.moved``: ``trainer.trainer.lr`` is now ``optim.lr``) fails
+with an error naming the new path.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from vlrl.config.schema import (
     union_members,
     validate,
 )
+from vlrl.config.moved import moved
 
 C = TypeVar("C")
 
@@ -54,18 +63,48 @@ def apply_overrides(cfg: C, overrides: Iterable[str]) -> C:
 
 
 def _set(root: Any, key: str, raw: str) -> None:
+    try:
+        _resolve_and_set(root, key, raw)
+    except ConfigError as error:
+        found = moved(key)
+        if found is None or found[0] == key:
+            raise
+        new, entry = found
+        hint = entry.note or f"use --set {new}={raw.strip()}"
+        raise ConfigError(key, raw, f"its new path {new!r}", got="a path that has moved", hint=hint) from error
+
+
+def _resolve_and_set(root: Any, key: str, raw: str) -> None:
     *parents, name = key.split(".")
     node, path = root, ""
+    types_: list[Any] = [type(root)]  # the declared type of each node on the way (a dict's, for its keys)
     for part in parents:
-        node, path = _descend(node, part, path)
+        node, path, tp = _descend(node, part, path, types_[-1])
+        types_.append(tp)
+    if isinstance(node, dict):
+        key_type, value_type = _key_and_value_types(types_[-1])
+        try:
+            dict_key = _parse_value(name, key_type)
+        except ValueError:
+            raise ConfigError(join_path(path, name), name, f"a key of type {describe_type(key_type)}") from None
+        where = f"{path}[{dict_key!r}]"
+        node[dict_key] = _guess(raw) if value_type is Any else _parse(raw, value_type, where, node.get(dict_key))
+        return
     tp = _field_type(node, name, path)
     setattr(node, name, _parse(raw, tp, join_path(path, name), getattr(node, name)))
 
 
-def _descend(node: Any, part: str, path: str) -> tuple[Any, str]:
-    """The config under ``part`` of ``node``: a field, or an item of a list of configs (``sources[0]``)."""
+def _descend(node: Any, part: str, path: str, node_type: Any) -> tuple[Any, str, Any]:
+    """What is under ``part`` of ``node``, with its declared type: a field, an item of a list of
+    configs (``sources[0]``), or the value of a dict's key."""
     name, *indices = part.split("[")
-    _field_type(node, name, path)
+    if isinstance(node, dict) and not indices:
+        _, value_type = _key_and_value_types(node_type)
+        matches = [k for k in node if str(k) == name]
+        if not matches:
+            raise ConfigError(join_path(path, name), name, f"a key of {path}: {', '.join(map(str, node))}", got=f"unknown key {name!r}")
+        return node[matches[0]], f"{path}[{matches[0]!r}]", value_type
+    tp = _field_type(node, name, path)
     node, path = getattr(node, name), join_path(path, name)
     for index in indices:
         digits = index.removesuffix("]")
@@ -73,7 +112,20 @@ def _descend(node: Any, part: str, path: str) -> tuple[Any, str]:
         if not (found and int(digits) < len(node)):
             raise ConfigError(path, node, f"a list with an item [{digits}]")
         node, path = node[int(digits)], f"{path}[{digits}]"
-    return node, path
+        tp = _item_type(tp)
+    return node, path, tp
+
+
+def _item_type(tp: Any) -> Any:
+    """The declared type of an item of the list type ``tp`` (``Any`` when it does not say)."""
+    args = get_args(union_members(tp)[0])
+    return split_annotated(args[0])[0] if args else Any
+
+
+def _key_and_value_types(tp: Any) -> tuple[Any, Any]:
+    """The key and value types of the dict type ``tp`` (the first member of a union)."""
+    args = get_args(union_members(tp)[0])
+    return (args[0], args[1]) if len(args) == 2 else (str, Any)
 
 
 def _field_type(node: Any, name: str, path: str) -> Any:
@@ -145,7 +197,9 @@ def _parse_value(raw: str, tp: Any) -> Any:
     if len(members) > 1:
         if types.NoneType in members and text.lower() in _NONE:
             return None
-        for member in members:
+        if bool in members and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        for member in sorted(members, key=lambda m: m is str or m is Any):  # a word is a string last
             try:
                 return _parse_value(raw, member)
             except ValueError:
@@ -176,10 +230,38 @@ def _parse_value(raw: str, tp: Any) -> Any:
 def _parse_container(text: str, tp: Any) -> Any:
     container = get_origin(tp) or tp
     if text.startswith(("[", "{")):
-        return _from_json(json.loads(text), tp)
+        try:
+            return _from_json(json.loads(text), tp)
+        except json.JSONDecodeError:
+            return _parse_bare(text, tp)
     if container is dict:
         raise ValueError(text)
     items = [item.strip() for item in text.split(",")] if text else []
+    parsed = [_parse_value(item, t) for item, t in zip(items, item_types_of(tp, len(items)))]
+    return parsed if container is list else tuple(parsed)
+
+
+def _guess(raw: str) -> Any:
+    """A value of no declared type: an integer, a number, ``true``/``false``, else the word as written."""
+    return _parse_value(raw, int | float | bool | str)
+
+
+def _parse_bare(text: str, tp: Any) -> Any:
+    """``[a, b]`` or ``{k: v, ...}`` written without JSON's quotes: each item parsed by its type."""
+    container = get_origin(tp) or tp
+    body = text[1:-1].strip() if text[-1:] in "]}" and len(text) > 1 else None
+    if body is None or (text[0] == "{") != (container is dict):
+        raise ValueError(text)
+    items = [item.strip().strip("'\"") for item in body.split(",")] if body else []
+    if container is dict:
+        key_type, value_type = get_args(tp) or (str, Any)
+        pairs = [item.split(":", 1) for item in items]
+        if any(len(pair) != 2 for pair in pairs):
+            raise ValueError(text)
+        value = _guess if value_type is Any else (lambda v: _parse_value(v, value_type))
+        return {_parse_value(k.strip(), key_type): value(v.strip()) for k, v in pairs}
+    if container not in (list, tuple):
+        raise ValueError(text)
     parsed = [_parse_value(item, t) for item, t in zip(items, item_types_of(tp, len(items)))]
     return parsed if container is list else tuple(parsed)
 

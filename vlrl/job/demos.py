@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated
 
 from vlrl.config import DataSource, Ge, Gt
 from vlrl.harness import Observation
@@ -27,6 +27,7 @@ from vlrl.rollout.agent_loop import LoopRuntime
 from vlrl.rollout.chat import ChatTurn
 from vlrl.rollout.screen_history import ScreenHistory
 from vlrl.rollout.trajectory import Trajectory
+from vlrl.train.optimizer import Schedule
 
 DEMO_SEED_BASE = 500_000
 """Demonstrations use task seeds from here on; training groups start at 0, evaluation at
@@ -47,11 +48,12 @@ class WarmStart:
     """Demonstration sequences per step, drawn without replacement within an epoch."""
 
     lr: Annotated[float, Gt(0)] = 3e-3
-    """AdamW learning rate of the warm start (the RL stage keeps its own)."""
+    """AdamW learning rate of the warm start (the RL stage's is ``optim.lr``; the rest of
+    ``optim`` applies to both)."""
 
-    lr_schedule: Literal["constant", "cosine"] = "constant"
-    """``cosine``: the rate falls from ``lr`` to a tenth of it over ``steps``
-    (``Trainer.Config.lr_decay_steps``)."""
+    schedule: Schedule = "constant"
+    """The warm start's learning-rate schedule, spelled as ``optim.schedule``: ``cosine`` falls
+    from ``lr`` to ``optim.min_lr_ratio * lr`` over ``steps``."""
 
     point_grid: Annotated[int, Ge(1)] = 7
     """Demonstrated points are rounded to multiples of this many pixels of the model's image (1:

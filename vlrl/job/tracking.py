@@ -3,7 +3,7 @@
 A tracker is on when it is told where to log (``--set tracking.wandb.project=vlrl``,
 ``--set tracking.mlflow.experiment=gui-rl``) and gets, through ``MetricsLog``:
 
-1. at the start, the run's config flattened to the paths ``--set`` takes (``trainer.trainer.lr``);
+1. at the start, the run's config flattened to the paths ``--set`` takes (``optim.lr``);
 2. every record the job logs, each number as ``phase/name`` as in TensorBoard (``rl/train/loss``),
    nested figures one level down (``warm-start/demos/dropped/<reason>``). MLflow takes the
    record's step as it is; W&B plots each phase against its own step metric (``rl/step``),

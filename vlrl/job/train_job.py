@@ -29,7 +29,7 @@ import random
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -47,14 +47,17 @@ from vlrl.job.progress import Progress
 from vlrl.job.run_folder import SUMMARY_FILE, BrokenCheckpoint, read_checkpoint_state
 from vlrl.job.session import JobSession, RunState
 from vlrl.job.tracking import Tracking
+from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.pool.tenant import TenantOutcome, lost_writers
 from vlrl.records import Batch, SeqMeta
 from vlrl.rollout.agent_loop import agent_loop_factory
+from vlrl.rollout.engine import VLLMEngine
 from vlrl.rollout.rollout_side import RolloutSide
 from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.train.loss import PolicyLoss
+from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer import StepInputsLost
-from vlrl.train.trainer_group import TrainerGroup
+from vlrl.train.trainer_group import TrainerGroup, check_layout
 
 STEP_INPUT_RETRIES = 3
 """Times one RL step is run again on other groups when the trainer could not read its payload."""
@@ -124,14 +127,29 @@ class TrainJob:
         driver: Driver.Config = field(default_factory=Driver.Config)
         """Batch shares, staleness, rollout concurrency and the accept-time hook."""
 
-        trainer: TrainerGroup.Config = field(
-            default_factory=lambda: TrainerGroup.Config(trainer=_trainer_defaults())
-        )
-        """Trainer ranks (``trainer.layout``: DP x CP x TP) and the RL update; every rank loads the
-        policy (``model_path``, or the warm start's checkpoint)."""
-
         steps: Annotated[int, Ge(0)] = 20
         """RL steps (one optimizer step and one weight push each)."""
+
+        optim: Optimizer.Config = field(default_factory=Optimizer.Config)
+        """The RL stage's optimizer: ``optim.lr``, ``optim.schedule`` (``cosine`` decays over
+        ``steps``), weight decay, betas, gradient clipping. The warm start has its own ``lr`` and
+        ``schedule`` and shares the rest."""
+
+        loss: PolicyLoss.Config = field(default_factory=lambda: PolicyLoss.Config(kind="grpo"))
+        """The RL stage's policy loss (``loss.kind``, ``loss.clip_low``, ``loss.tis_cap``, ...);
+        the warm start trains with ``kind='sft'``."""
+
+        micro_batches: MicroBatchPlanner.Config = field(default_factory=MicroBatchPlanner.Config)
+        """How a step's sequences are packed into micro-batches per DP rank
+        (``micro_batches.max_tokens_per_micro_batch``)."""
+
+        layout: Layout = field(default_factory=Layout)
+        """The trainer's ranks as DP x CP x TP (and sequence parallelism): the one description of
+        the mesh (``--set layout.dp=2``)."""
+
+        trainer: TrainerGroup.Config = field(default_factory=TrainerGroup.Config)
+        """What every trainer rank loads and reserves (dtype, plug-in encoder, KL reference, Ray
+        CPUs and GPUs); every rank loads the policy (``model_path``, or the warm start's checkpoint)."""
 
         eval: Evaluation = field(default_factory=Evaluation)
         """Held-out evaluation."""
@@ -141,7 +159,7 @@ class TrainJob:
 
         teacher: Teacher | None = None
         """On-policy distillation: the teacher checkpoint that scores every rollout of the RL stage
-        (with ``driver.hook.mode='opd'`` or ``trainer.trainer.loss.opd_coef > 0``), or None."""
+        (with ``driver.hook.mode='opd'`` or ``loss.opd_coef > 0``), or None."""
 
         checkpoint_every: Annotated[int, Ge(0)] = 10
         """RL steps between checkpoints (0: only at the end); the last one is kept."""
@@ -177,14 +195,18 @@ class TrainJob:
         def check(self) -> None:
             RolloutSide.check(self)  # (no zero-argument super() in a slots dataclass)
             engine_encoder = getattr(self.engine, "encoder", None)  # engines without the field run the tower
-            if engine_encoder != self.trainer.trainer.encoder:
+            if engine_encoder != self.trainer.encoder:
                 raise ConfigError(
                     "engine.encoder",
                     engine_encoder,
-                    f"the trainer's encoder (trainer.trainer.encoder = {self.trainer.trainer.encoder!r}):"
+                    f"the trainer's encoder (trainer.encoder = {self.trainer.encoder!r}):"
                     " rollouts must embed images as training does",
                     got=repr(engine_encoder),
                 )
+            try:
+                check_layout(self.layout)
+            except ConfigError as error:
+                raise error.under("layout") from None
             try:
                 self.driver.quotas(self.sources)
             except ConfigError as error:
@@ -212,7 +234,7 @@ class TrainJob:
         def _check_teacher(self) -> None:
             uses = {
                 "driver.hook.mode": self.driver.hook.mode == "opd",
-                "trainer.trainer.loss.opd_coef": self.trainer.trainer.loss.opd_coef > 0,
+                "loss.opd_coef": self.loss.opd_coef > 0,
             }
             if self.teacher is None:
                 for name, used in uses.items():
@@ -222,7 +244,7 @@ class TrainJob:
                 raise ConfigError(
                     "driver.hook.mode",
                     self.driver.hook.mode,
-                    "'opd' (or trainer.trainer.loss.opd_coef > 0) when a teacher is given; else teacher=None",
+                    "'opd' (or loss.opd_coef > 0) when a teacher is given; else teacher=None",
                 )
 
         def build(self) -> TrainJob:
@@ -285,8 +307,8 @@ class TrainJob:
         ws = self.config.warm_start
         demos = await self._demonstrations(s, ws)
         s.progress.phase("warm-start", total=ws.steps, unit="step")
-        decay = ws.steps if ws.lr_schedule == "cosine" else 0
-        group = s.trainer_group(s.model_path, lr=ws.lr, loss=PolicyLoss.Config(kind="sft"), lr_decay_steps=decay)
+        optim = replace(self.config.optim, lr=ws.lr, schedule=ws.schedule)
+        group = s.trainer_group(s.model_path, optim=optim, loss=PolicyLoss.Config(kind="sft"), steps=ws.steps)
         try:
             order: list[SeqMeta] = []
             rng = random.Random(ws.seed)
@@ -437,12 +459,6 @@ class TrainJob:
         s.log.log(0, "eval", {"tag": "chance", "eval/chance": state.success["chance"], **{f"eval/{k}/chance": v for k, v in per_source.items()}})
 
 
-def _trainer_defaults() -> Any:
-    from vlrl.train.trainer import Trainer
-
-    return Trainer.Config(loss=PolicyLoss.Config(kind="grpo"))
-
-
 def should_evaluate(step: int, every: int, steps: int) -> bool:
     """Every ``every`` steps, except the last: the final evaluation follows it anyway."""
     return bool(every) and step % every == 0 and step < steps
@@ -484,6 +500,7 @@ def _summary(config: TrainJob.Config, state: RunState, s: JobSession, wall_s: fl
         "run_dir": str(s.run_dir),
         "model": config.model_path,
         "model_family": s.family.name,
+        "engine": "vllm" if isinstance(config.engine, VLLMEngine.Config) else "embedded",
     }
 
 

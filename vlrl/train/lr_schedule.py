@@ -1,6 +1,6 @@
 """The learning rate per optimizer step: constant, or a cosine from the base rate down to a share
 of it. A high rate learns fast but leaves the loss at its noise floor; decaying it lets a fixed
-budget of steps settle (the warm start's ``lr_schedule``)."""
+budget of steps settle (``optim.schedule``, ``warm_start.schedule``: ``train.optimizer``)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from encoders.protocol import VisionEncoder
 from encoders.spec import ENCODER_DIR, STATE_PREFIX, EncoderSpec, ResolvedEncoder
 from vlrl.atomic import atomic_path, fsync
-from vlrl.config import ConfigError, Ge, Gt, Le
+from vlrl.config import ConfigError, Ge
 from vlrl.pack import Layout, MicroBatchPlanner, PackedWindow, new_tp_group, packer_for_rank
 from vlrl.pack.packed import PAD_SEGMENT_ID
 from vlrl.pack.packer import PackError
@@ -43,8 +43,8 @@ from vlrl.store import StoreError
 from vlrl.train.checkpoint_io import TRAINER_FILE, load_sharded, load_trainer_file, save_trainer_file
 from vlrl.train.encode_step import StepEncoder
 from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss, token_logprobs_and_entropy
-from vlrl.train.lr_schedule import lr_at
 from vlrl.train.mrope import sequence_mrope
+from vlrl.train.optimizer import Optimizer
 from vlrl.train.packed_attention import PackedMask
 from vlrl.train.parallel import Parallel
 from vlrl.train.policy_model import PolicyModel
@@ -58,65 +58,69 @@ HF_FILES = ("config.json", "generation_config.json", "preprocessor_config.json",
 """Non-weight files of a checkpoint folder, copied so a saved step loads like the original."""
 
 
+@dataclass(kw_only=True, slots=True)
+class RankModel:
+    """What every trainer rank loads and computes with: the fields ``Trainer.Config`` and
+    ``TrainerGroup.Config`` (the ``trainer`` section of ``vlrl train``) share."""
+
+    dtype: Literal["float32", "float64", "bfloat16"] = "float32"
+    """Parameter and compute dtype."""
+    encode_chunk_tokens: Annotated[int, Ge(1)] = 16384
+    """Most image rows per encoder forward; the next chunk's pixels load meanwhile."""
+    encoder: EncoderSpec | None = None
+    """A plug-in vision encoder trained in place of the checkpoint's tower (None: the tower);
+    the engines must use the same one (``EmbeddedEngine.Config.encoder``)."""
+    reference: str | None = None
+    """The frozen reference of the KL penalty (``loss.kl_coef > 0``), a checkpoint folder;
+    None: the weights this trainer was built from (in ``vlrl train``, the warm-start
+    checkpoint, or the base model without one), kept across resumes."""
+
+    def check(self) -> None:
+        if self.reference is not None and self.encoder is not None:
+            raise ConfigError(
+                "reference", self.reference,
+                "None with a plug-in encoder: the reference is then the starting weights, encoder included",
+            )  # fmt: skip
+
+    def resolved_encoder(self, model_path: str) -> ResolvedEncoder | None:
+        """``encoder`` resolved and checked against ``model_path``'s patch rule and width, in
+        this process (where a recipe registered it); None for the checkpoint's tower."""
+        return None if self.encoder is None else self.encoder.resolve_for(model_path)
+
+
 class Trainer:
     @dataclass(kw_only=True, slots=True)
-    class Config:
-        """The policy update: model, optimizer, loss and micro-batching."""
+    class Config(RankModel):
+        """The policy update of one rank: model, optimizer, loss and micro-batching."""
 
-        dtype: Literal["float32", "float64", "bfloat16"] = "float32"
-        """Parameter and compute dtype."""
-        lr: Annotated[float, Gt(0)] = 1e-5
-        """AdamW learning rate."""
-        lr_decay_steps: Annotated[int, Ge(0)] = 0
-        """Steps over which the learning rate falls from ``lr`` to ``lr_min_ratio * lr`` along a
-        cosine, then stays there (``train.lr_schedule``); 0: ``lr`` throughout."""
-        lr_min_ratio: Annotated[float, Ge(0), Le(1)] = 0.1
-        """The decayed rate's share of ``lr`` (``lr_decay_steps``)."""
-        weight_decay: Annotated[float, Ge(0)] = 0.0
-        """AdamW decoupled weight decay."""
-        betas: tuple[float, float] = (0.9, 0.999)
-        """AdamW moment decay rates."""
-        max_grad_norm: Annotated[float, Gt(0)] = 1.0
-        """Gradients are scaled down to this global L2 norm when above it."""
+        optim: Optimizer.Config = field(default_factory=Optimizer.Config)
+        """AdamW and its learning-rate schedule (over the ``steps`` the trainer is built with)."""
         loss: PolicyLoss.Config = field(default_factory=PolicyLoss.Config)
         """The policy-gradient loss."""
         micro_batches: MicroBatchPlanner.Config = field(default_factory=MicroBatchPlanner.Config)
         """How a step's sequences are packed into micro-batches per DP rank."""
-        encode_chunk_tokens: Annotated[int, Ge(1)] = 16384
-        """Most image rows per encoder forward; the next chunk's pixels load meanwhile."""
-        encoder: EncoderSpec | None = None
-        """A plug-in vision encoder trained in place of the checkpoint's tower (None: the tower);
-        the engines must use the same one (``EmbeddedEngine.Config.encoder``)."""
-        reference: str | None = None
-        """The frozen reference of the KL penalty (``loss.kl_coef > 0``), a checkpoint folder;
-        None: the weights this trainer was built from (in ``vlrl train``, the warm-start
-        checkpoint, or the base model without one), kept across resumes."""
-
-        def check(self) -> None:
-            if self.reference is not None and self.encoder is not None:
-                raise ConfigError(
-                    "reference", self.reference,
-                    "None with a plug-in encoder: the reference is then the starting weights, encoder included",
-                )  # fmt: skip
 
         def build(
-            self, *, model_path: str, store: Any, layout: Layout, encoder: VisionEncoder | None = None
+            self, *, model_path: str, store: Any, layout: Layout, encoder: VisionEncoder | None = None, steps: int = 0
         ) -> Trainer:
             """``model_path``: the Hugging Face checkpoint folder (any family of ``vlrl.models``) the policy starts from
             (the job's policy, or a checkpoint's ``hf/``). ``encoder``: ``self.encoder``'s instance
             when the caller built it (a Ray rank builds the driver's ``resolved_encoder``); None
-            builds it here."""
-            return Trainer(self, model_path=model_path, store=store, layout=layout, encoder=encoder)
-
-        def resolved_encoder(self, model_path: str) -> ResolvedEncoder | None:
-            """``encoder`` resolved and checked against ``model_path``'s patch rule and width, in
-            this process (where a recipe registered it); None for the checkpoint's tower."""
-            return None if self.encoder is None else self.encoder.resolve_for(model_path)
+            builds it here. ``steps``: the stage's optimizer steps, over which ``optim.schedule`` runs."""
+            return Trainer(self, model_path=model_path, store=store, layout=layout, encoder=encoder, steps=steps)
 
     def __init__(
-        self, config: Trainer.Config, *, model_path: str, store: Any, layout: Layout, encoder: VisionEncoder | None = None
+        self,
+        config: Trainer.Config,
+        *,
+        model_path: str,
+        store: Any,
+        layout: Layout,
+        encoder: VisionEncoder | None = None,
+        steps: int = 0,
     ) -> None:
         self.config = config
+        self.steps = steps
         self.model_path = model_path
         self.store = store
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
@@ -128,10 +132,9 @@ class Trainer:
         self.model.parallelize(self.parallel)
         self.loss_fn = config.loss.build()
         self.planner = config.micro_batches.build()
-        self.optimizer = torch.optim.AdamW(
-            [{"params": self.model.backbone_parameters()}, {"params": self.model.encoder_parameters()}],
-            lr=config.lr, betas=config.betas, weight_decay=config.weight_decay,
-        )  # fmt: skip
+        self.optimizer = config.optim.build(
+            [{"params": self.model.backbone_parameters()}, {"params": self.model.encoder_parameters()}]
+        )
         self.step_count = 0
         self._tp_group = new_tp_group(layout)
         self._encoder = StepEncoder(
@@ -324,8 +327,7 @@ class Trainer:
 
     def lr_at(self, step: int) -> float:
         """The learning rate of optimizer step ``step`` (0-based)."""
-        c = self.config
-        return lr_at(step, c.lr, decay_steps=c.lr_decay_steps, min_ratio=c.lr_min_ratio)
+        return self.config.optim.lr_at(step, self.steps)
 
     def _clip_gradients(self) -> float:
         backbone = [p.grad for p in self.model.backbone_parameters() if p.grad is not None]
@@ -343,7 +345,7 @@ class Trainer:
         for group in (self.model.backbone_parameters(), self.model.encoder_parameters()):  # DTensor and plain apart
             params = [p for p in group if p.grad is not None]
             if params:
-                torch.nn.utils.clip_grads_with_norm_(params, self.config.max_grad_norm, total)
+                torch.nn.utils.clip_grads_with_norm_(params, self.config.optim.max_grad_norm, total)
         return float(total)
 
     def _reduce(self, sums: Mapping[str, torch.Tensor]) -> dict[str, float]:

@@ -6,7 +6,7 @@ Each ``TrainerWorker`` is one rank: it sets the ``torch.distributed`` environmen
 or under Ray. Gloo on CPU, NCCL when the worker has a GPU. The driver only sends ``SeqMeta``
 lists and gets metrics back; payloads go store -> packer -> rank, and weights go from rank 0 to
 the engines through the Ray object store (``push_weights``): no file is written. A plug-in
-encoder (``Trainer.Config.encoder``) is resolved on the driver and built by every rank.
+encoder (``TrainerGroup.Config.encoder``) is resolved on the driver and built by every rank.
 """
 
 from __future__ import annotations
@@ -15,15 +15,17 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any
 
 from encoders.spec import ResolvedEncoder
-from vlrl.config import ConfigError, Ge, Gt
-from vlrl.pack import Layout
+from vlrl.config import ConfigError, Ge, Gt, validate
+from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.records import SeqMeta
-from vlrl.train.trainer import StepInputsLost, Trainer
+from vlrl.train.loss import PolicyLoss
+from vlrl.train.optimizer import Optimizer
+from vlrl.train.trainer import RankModel, StepInputsLost, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +72,16 @@ class TrainerWorker:
         model_path: str,
         store_config: Any,
         encoder: ResolvedEncoder | None,
+        steps: int = 0,
     ) -> int:
         os.environ.update(
             RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", MASTER_ADDR=address, MASTER_PORT=str(port)
         )
         init_distributed()
         plug_in = encoder.build(model_path) if encoder is not None else None
-        self.trainer = config.build(model_path=model_path, store=store_config.build(), layout=layout, encoder=plug_in)
+        self.trainer = config.build(
+            model_path=model_path, store=store_config.build(), layout=layout, encoder=plug_in, steps=steps
+        )
         return sum(p.numel() for p in self.trainer.model.parameters())
 
     def step(self, metas: list[SeqMeta], min_version: int | None = None) -> dict[str, float]:
@@ -99,42 +104,64 @@ class TrainerWorker:
         dist.destroy_process_group()
 
 
+def check_layout(layout: Layout) -> None:
+    """What the trainer needs of a layout beyond its sizes; ConfigError naming the field."""
+    if layout.tp > 1 and not layout.sequence_parallel:
+        raise ConfigError(
+            "sequence_parallel",
+            layout.sequence_parallel,
+            f"True, since tp = {layout.tp} > 1: the trainer runs tensor parallelism only with sequence parallelism",
+        )
+
+
 class TrainerGroup:
     @dataclass(kw_only=True, slots=True)
-    class Config:
-        """Trainer ranks as Ray actors: one per rank of ``layout``."""
+    class Config(RankModel):
+        """Trainer ranks as Ray actors, one per rank of the layout, and what each loads. The
+        optimizer, loss, micro-batching and layout are the run's own sections (``optim``,
+        ``loss``, ``micro_batches``, ``layout``), given to ``build``."""
 
-        layout: Layout = field(default_factory=Layout)
-        """The ranks as DP x CP x TP (and sequence parallelism): the one description of the mesh,
-        which every rank's process groups and token windows come from (``--set trainer.layout.dp=2``)."""
-        trainer: Trainer.Config = field(default_factory=Trainer.Config)
-        """What every rank runs."""
         cpus_per_worker: Annotated[float, Gt(0)] = 1.0
         """Ray CPUs each rank reserves."""
         gpus_per_worker: Annotated[float, Ge(0)] = 0.0
         """Ray GPUs each rank reserves (0 on CPU machines)."""
 
-        def check(self) -> None:
-            if self.layout.tp > 1 and not self.layout.sequence_parallel:
-                raise ConfigError(
-                    "layout.sequence_parallel",
-                    self.layout.sequence_parallel,
-                    f"True, since tp = {self.layout.tp} > 1: the trainer runs tensor parallelism only"
-                    " with sequence parallelism",
-                )
+        def rank_config(
+            self, *, optim: Optimizer.Config, loss: PolicyLoss.Config, micro_batches: MicroBatchPlanner.Config
+        ) -> Trainer.Config:
+            """The config every rank's ``Trainer`` is built from."""
+            shared = {f.name: getattr(self, f.name) for f in fields(RankModel)}
+            return Trainer.Config(**shared, optim=optim, loss=loss, micro_batches=micro_batches)
 
-        def build(self, *, model_path: str, store_config: Any) -> TrainerGroup:
-            """``model_path``: the checkpoint folder every rank loads (the policy's, or a checkpoint's ``hf/``)."""
-            return TrainerGroup(self, model_path=model_path, store_config=store_config)
+        def build(
+            self,
+            *,
+            model_path: str,
+            store_config: Any,
+            layout: Layout,
+            optim: Optimizer.Config,
+            loss: PolicyLoss.Config,
+            micro_batches: MicroBatchPlanner.Config,
+            steps: int = 0,
+        ) -> TrainerGroup:
+            """``model_path``: the checkpoint folder every rank loads (the policy's, or a checkpoint's
+            ``hf/``); ``layout``: the ranks (``--set layout.dp=2``); ``steps``: the stage's optimizer
+            steps, over which ``optim.schedule`` runs."""
+            rank = validate(self.rank_config(optim=optim, loss=loss, micro_batches=micro_batches))
+            return TrainerGroup(self, rank, model_path=model_path, store_config=store_config, layout=layout, steps=steps)
 
-    def __init__(self, config: TrainerGroup.Config, *, model_path: str, store_config: Any) -> None:
+    def __init__(
+        self, config: TrainerGroup.Config, rank_config: Trainer.Config, *, model_path: str, store_config: Any,
+        layout: Layout, steps: int = 0,
+    ) -> None:  # fmt: skip
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        check_layout(layout)
         self.config = config
-        layout = config.layout
-        encoder = config.trainer.resolved_encoder(model_path)  # here: the ranks cannot see a recipe's registration
+        self.layout = layout
+        encoder = config.resolved_encoder(model_path)  # here: the ranks cannot see a recipe's registration
         bundle = {"CPU": config.cpus_per_worker, **({"GPU": config.gpus_per_worker} if config.gpus_per_worker else {})}
         self._pg = placement_group([bundle] * layout.world_size, strategy="PACK")
         ray.get(self._pg.ready(), timeout=300)
@@ -149,7 +176,8 @@ class TrainerGroup:
         ]
         address, port = ray.get(self.workers[0].rendezvous.remote())
         setups = [
-            w.setup.remote(address, port, layout, config.trainer, model_path, store_config, encoder) for w in self.workers
+            w.setup.remote(address, port, layout, rank_config, model_path, store_config, encoder, steps)
+            for w in self.workers
         ]
         self.parameters = ray.get(setups)[0]
 

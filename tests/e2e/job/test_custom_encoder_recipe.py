@@ -28,7 +28,7 @@ def test_the_small_recipe_trains_its_own_encoder_end_to_end(ray_session, tmp_pat
     rl = [r for r in read_metrics(tmp_path) if r["phase"] == "rl"]
     assert [r["policy_version"] for r in rl] == [2, 3] and all(r["train/encoded_images"] > 0 for r in rl)
 
-    spec, tiny = config.trainer.trainer.encoder, config.tiny
+    spec, tiny = config.trainer.encoder, config.tiny
     start = spec.resolve(PatchRule(min_pixels=tiny.min_pixels, max_pixels=tiny.max_pixels), 64).build().state_dict()
     last = load_file(tmp_path / "checkpoints" / "step-000002" / "hf" / ENCODER_DIR / WEIGHTS_FILE)
     assert set(last) == set(start)

@@ -1,6 +1,8 @@
 """The training job end to end at CI size (examples/train_click.py): warm start, RL steps with
-weight sync, held-out evaluation, the run folder, the JSON summary; resume; and two harness
-codebases in one run with their batch shares."""
+weight sync, held-out evaluation, the run folder, the JSON summary; resume; a branch from the warm
+start; ``vlrl eval`` of the finished folder (all read from the session's one canonical run,
+``finished_run`` in tests/e2e/conftest.py); and, in runs of their own, two harness codebases in one
+run with their batch shares, and a crash mid-step resumed."""
 
 from __future__ import annotations
 
@@ -10,12 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from vlrl.cli import main
+from tests.e2e.conftest import PLOTS, RECIPE
 from vlrl.config import load_recipe
 from vlrl.job.metrics_log import read_metrics
-from vlrl.job.run_folder import read_checkpoint_state
 
-RECIPE = Path(__file__).resolve().parents[3] / "examples" / "train_click.py"
 SUMMARY_KEYS = {"success_first", "success_warm_start", "success_last", "success_chance", "steps", "wall_s"}
 
 
@@ -23,22 +23,26 @@ def _run(spec: str, run_dir: Path, *overrides: str) -> dict:
     return load_recipe(f"{RECIPE}:{spec}", [f"run_dir={run_dir}", *overrides]).build().run()
 
 
-CORRECTIONS = ("trainer.trainer.loss.kl_coef=0.05", "trainer.trainer.loss.tis_cap=2.0")
-"""TIS and a KL penalty to the warm-start weights, set as a user would."""
-
-
-def test_the_small_recipe_trains_end_to_end_then_resumes(ray_session, tmp_path, capsys):
-    run_dir = tmp_path / "run"
-    summary = _run("small", run_dir, *CORRECTIONS)
-    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+def test_the_small_recipe_trains_every_group_and_prints_its_summary(finished_run):
+    summary, printed = finished_run.first.summary, finished_run.first.printed
     assert SUMMARY_KEYS <= set(printed) and printed["steps"] == summary["steps"] == 2
     assert summary["store_keys_left"] == 0
     assert summary["groups"]["trained"] == 4 and summary["groups"]["pending"] == 0
     groups = summary["groups"]  # every group that left untrained is there with its reason
     assert sum(groups["reasons"].values()) >= groups["rejected"] + groups["dropped"] + groups["failed"]
-    for name in ("reward", "pass_rate", "episode_length", "entropy", "throughput", "overview", "episodes"):
-        assert (run_dir / "plots" / f"{name}.png").stat().st_size > 0
-    records = read_metrics(run_dir)
+
+
+def test_the_run_folder_holds_plots_episodes_tensorboard_and_the_last_checkpoint(finished_run):
+    run = finished_run
+    assert set(run.plot_bytes) == set(PLOTS) and all(size > 0 for size in run.plot_bytes.values())
+    assert sorted(name.split("-")[0] for name in run.episode_sheets) == ["base", "final", "warm"]
+    assert run.tensorboard_files
+    assert run.state["step"] == 2 and run.state["version"] == 3 and run.state["generated"] >= 4
+    assert "step-000001" not in run.checkpoints  # only the last RL checkpoint is kept
+
+
+def test_the_metrics_hold_the_warm_start_the_rl_steps_and_every_evaluation(finished_run):
+    records = finished_run.first.records
     phases = [r["phase"] for r in records]
     assert phases.count("warm-start") == 3  # the demonstrations record and 2 optimizer steps
     rl = [r for r in records if r["phase"] == "rl"]
@@ -48,43 +52,35 @@ def test_the_small_recipe_trains_end_to_end_then_resumes(ray_session, tmp_path, 
     tags = [r["tag"] for r in records if r["phase"] == "eval"]
     assert tags == ["chance", "base", "warm", "step1", "final"]
     assert [r["policy_version"] for r in records if r["phase"] == "eval" and r["tag"] != "chance"] == [0, 1, 2, 3]
-    assert sorted(p.name.split("-")[0] for p in (run_dir / "episodes").glob("*.png")) == ["base", "final", "warm"]
-    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
-    state = json.loads((run_dir / "checkpoints" / "step-000002" / "state.json").read_text())
-    assert state["step"] == 2 and state["version"] == 3 and state["generated"] >= 4
-    assert not (run_dir / "checkpoints" / "step-000001").exists()  # only the last RL checkpoint is kept
 
-    resumed = _run("small", run_dir, "steps=3", "resume=true", *CORRECTIONS)
-    assert resumed["steps"] == 3 and resumed["success_first"] == summary["success_first"]
-    records = read_metrics(run_dir)
+
+def test_a_resume_continues_the_steps_without_a_second_warm_start(finished_run):
+    resumed, records = finished_run.resumed.summary, finished_run.resumed.records
+    assert resumed["steps"] == 3 and resumed["success_first"] == finished_run.first.summary["success_first"]
     assert [r["phase"] for r in records].count("warm-start") == 3  # no second warm start
     assert [r["step"] for r in records if r["phase"] == "rl"] == [1, 2, 3]
     assert [r["policy_version"] for r in records if r["phase"] == "rl"][-1] == 4
     assert resumed["store_keys_left"] == 0
-    again = _run("small", run_dir, "steps=3", "resume=true", *CORRECTIONS)  # finished: evaluated again, not retrained
-    finals = [r for r in read_metrics(run_dir) if r.get("tag") == "final"]
-    assert again["steps"] == 3 and [r["policy_version"] for r in finals] == [3, 4, 4]  # the trained weights, not the base's
 
-    warm_start = run_dir / "checkpoints" / "warm-start"
-    before, source = read_checkpoint_state(warm_start), read_metrics(run_dir)
-    branch_dir = tmp_path / "branch"  # another setting on the same warm start: no demonstrations, no warm start
-    branched = _run("small", branch_dir, "steps=1", f"start_from={warm_start}", "driver.hook.step_credit=StepCredit")
-    records = read_metrics(branch_dir)
+
+def test_a_finished_run_resumed_is_evaluated_again_not_retrained(finished_run):
+    again = finished_run.again
+    finals = [r for r in again.records if r.get("tag") == "final"]
+    assert again.summary["steps"] == 3 and [r["policy_version"] for r in finals] == [3, 4, 4]  # the trained weights, not the base's
+
+
+def test_a_branch_from_the_warm_start_skips_demonstrations_and_starts_from_its_weights(finished_run):
+    """Another setting on the same warm start: no demonstrations, no warm start."""
+    run = finished_run
+    records, branched = run.branched.records, run.branched.summary
     assert "warm-start" not in [r["phase"] for r in records]
     assert [r["tag"] for r in records if r["phase"] == "eval"] == ["warm", "final"]
     assert [r["policy_version"] for r in records if r["phase"] == "rl"] == [2]  # the warm start's weights, pushed
-    warm = [{k: v for k, v in r.items() if k.startswith("eval/")} for r in records + source if r.get("tag") == "warm"]
+    warm = [{k: v for k, v in r.items() if k.startswith("eval/")} for r in records + run.again.records if r.get("tag") == "warm"]
     assert warm[0] == warm[1]  # greedy on the same seeds and weights
     assert [r["policy_version"] for r in records if r.get("tag") == "warm"] == [1]  # the warm start's, on the engines
-    assert (branch_dir / "checkpoints" / "step-000001").is_dir() and branched["store_keys_left"] == 0
-    assert read_checkpoint_state(warm_start) == before  # the checkpoint it started from, untouched
-
-    capsys.readouterr()  # vlrl eval of the finished run: its sources, its newest checkpoint
-    assert main(["eval", str(run_dir), "--episodes", "2", "--no-chance", "--screenshots", "0"]) == 0
-    evaluated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert evaluated["processor"] == str(run_dir / "checkpoints" / "step-000003" / "hf")
-    assert list(evaluated["sources"]) == ["desktop-click"] and evaluated["episodes_played"] == 2
-    assert (run_dir / "eval" / "report.md").exists()
+    assert (run.branch_dir / "checkpoints" / "step-000001").is_dir() and branched["store_keys_left"] == 0
+    assert run.warm_start_state_after_branch == run.warm_start_state  # the checkpoint it started from, untouched
 
 
 def test_two_harness_codebases_in_one_run_keep_their_pools_and_batch_shares(ray_session, tmp_path):

@@ -29,7 +29,7 @@ def _local_only(monkeypatch):
 
 
 def _config(run_dir: Path, *overrides: str) -> TrainJob.Config:
-    return apply_overrides(TrainJob.Config(), [f"run_dir={run_dir}", "trainer.trainer.lr=0.0025", *overrides])
+    return apply_overrides(TrainJob.Config(), [f"run_dir={run_dir}", "optim.lr=0.0025", *overrides])
 
 
 def _log_a_run(config: TrainJob.Config, *, failed: bool = False) -> None:
@@ -89,7 +89,7 @@ def test_wandb_offline_run_holds_every_record_against_its_phase_step(tmp_path):
 
     run = json.loads(_wandb_inspect(tmp_path, "--summary"))
     assert run["state"] == "finished" and run["project"] == "vlrl-test" and run["name"] == tmp_path.name
-    assert run["config"]["trainer.trainer.lr"] == 0.0025 and run["config"]["store"] == "RayStore"
+    assert run["config"]["optim.lr"] == 0.0025 and run["config"]["store"] == "RayStore"
     assert run["config"]["sources[0].codebase"] == "desktop"
     assert run["summary"]["success_last"] == 0.5 and run["summary"]["model_family"] == "qwen2_vl"
     assert run["summary"]["sources/desktop/success_last"] == 0.5
@@ -115,7 +115,7 @@ def test_mlflow_run_holds_every_metric_with_its_step_and_the_flat_config(tmp_pat
     assert run.data.metrics["summary/success_last"] == 0.5
     assert run.data.metrics["summary/sources/desktop/success_last"] == 0.5
     assert "rl/train/nan" not in run.data.metrics and "rl/groups/ok" not in run.data.metrics
-    assert run.data.params["trainer.trainer.lr"] == "0.0025" and run.data.params["sources.0.codebase"] == "desktop"
+    assert run.data.params["optim.lr"] == "0.0025" and run.data.params["sources.0.codebase"] == "desktop"
     assert run.info.status == "FINISHED" and run.info.run_name == tmp_path.name
 
 

@@ -8,6 +8,7 @@ Hugging Face forward) is ``scripts/gpu/check_vllm_engine.py``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import importlib.util
 import sys
@@ -418,4 +419,5 @@ def test_vllm_recipe_swaps_only_the_engine_and_the_trainers_device():
     assert isinstance(base.engine, EmbeddedEngine.Config) and isinstance(config.engine, VLLMEngine.Config)
     assert (config.engine.gpus, config.engine.max_num_seqs, config.trainer.gpus_per_worker) == (1, 32, 1)
     assert config.sources == base.sources and config.driver == base.driver and config.steps == base.steps
-    assert config.trainer.trainer == base.trainer.trainer
+    assert (config.optim, config.loss, config.micro_batches, config.layout) == (base.optim, base.loss, base.micro_batches, base.layout)
+    assert dataclasses.replace(config.trainer, gpus_per_worker=0.0) == base.trainer

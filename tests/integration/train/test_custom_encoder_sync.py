@@ -18,12 +18,12 @@ from encoders.spec import STATE_PREFIX
 from tests.helpers.trainer_workload import make_workload
 from vlrl.config import load_recipe, validate
 from vlrl.mm import PatchRule, patch_rule_of
-from vlrl.pack import MicroBatchPlanner
+from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.protocol import GenerateRequest, ImagePart
 from vlrl.store.ray_store import RayStore
 from vlrl.train.loss import PolicyLoss
-from vlrl.train.trainer import Trainer
+from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer_group import TrainerGroup
 
 RECIPE = Path(__file__).resolve().parents[3] / "examples" / "train_custom_encoder.py"
@@ -32,7 +32,7 @@ RECIPE = Path(__file__).resolve().parents[3] / "examples" / "train_custom_encode
 @pytest.fixture(scope="module")
 def spec():
     """The example's spec (loading the recipe registers its encoder in this process only)."""
-    return load_recipe(f"{RECIPE}:small").trainer.trainer.encoder
+    return load_recipe(f"{RECIPE}:small").trainer.encoder
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +47,11 @@ def stored(ray_session, tiny_path):
 def test_engine_and_trainer_share_the_plug_in_encoder(ray_session, tiny_path, stored, spec, tmp_path):
     ray = ray_session
     work, store_config = stored
-    trainer = Trainer.Config(
-        lr=1e-2, loss=PolicyLoss.Config(kind="sft"), encoder=spec,
+    group = TrainerGroup.Config(encoder=spec, cpus_per_worker=0.5).build(
+        model_path=str(tiny_path), store_config=store_config, layout=Layout(),
+        optim=Optimizer.Config(lr=1e-2), loss=PolicyLoss.Config(kind="sft"),
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=160),
     )  # fmt: skip
-    group_config = TrainerGroup.Config(trainer=trainer, cpus_per_worker=0.5)
-    group = group_config.build(model_path=str(tiny_path), store_config=store_config)
     engine = validate(EmbeddedEngine.Config(cpus=0, torch_threads=1, encoder=spec)).build(model_path=str(tiny_path))
     try:
         meta = work.metas[0]

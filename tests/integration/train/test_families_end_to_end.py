@@ -13,7 +13,7 @@ import pytest
 import ray
 from transformers import AutoProcessor
 
-from tests.integration.train.test_trainer_group import group_config
+from tests.integration.train.test_trainer_group import build_group
 from tests.helpers.trainer_workload import make_workload, reference_token_logprobs
 from vlrl.config import validate
 from vlrl.models import build_tiny, family
@@ -42,7 +42,7 @@ def test_engine_and_trainer_agree_with_transformers_before_and_after_a_step(stor
     )
     processor = AutoProcessor.from_pretrained(str(path))
     engine = validate(EmbeddedEngine.Config(cpus=0, torch_threads=1)).build(model_path=str(path))
-    group = group_config().build(model_path=str(path), store_config=store_config)
+    group = build_group(path, store_config)
 
     def engine_logprobs() -> np.ndarray:
         request = GenerateRequest(f"s-{uuid.uuid4().hex}", f"t-{uuid.uuid4().hex}", row["token_ids"], parts)

@@ -13,12 +13,12 @@ from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
 from tests.helpers.trainer_workload import make_workload, reference_token_logprobs
 from vlrl.config import validate
-from vlrl.pack import MicroBatchPlanner
+from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.protocol import GenerateRequest, ImagePart
 from vlrl.store.ray_store import RayStore
 from vlrl.train.loss import PolicyLoss
-from vlrl.train.trainer import Trainer
+from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer_group import TrainerGroup
 
 
@@ -31,20 +31,18 @@ def stored(ray_session, tiny_path):
     store.destroy()
 
 
-def group_config(**trainer) -> TrainerGroup.Config:
-    return TrainerGroup.Config(
-        trainer=Trainer.Config(
-            lr=1e-3, loss=PolicyLoss.Config(kind="grpo"),
-            micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=160), **trainer,
-        ),
-        cpus_per_worker=0.5,
+def build_group(model_path, store_config, *, schedule: str = "constant", steps: int = 0, **trainer) -> TrainerGroup:
+    return TrainerGroup.Config(cpus_per_worker=0.5, **trainer).build(
+        model_path=str(model_path), store_config=store_config, layout=Layout(),
+        optim=Optimizer.Config(lr=1e-3, schedule=schedule), loss=PolicyLoss.Config(kind="grpo"),
+        micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=160), steps=steps,
     )  # fmt: skip
 
 
 def test_engine_serves_the_trainers_weights(ray_session, tiny_path, stored):
     ray = ray_session
     work, store_config = stored
-    group = group_config().build(model_path=str(tiny_path), store_config=store_config)
+    group = build_group(tiny_path, store_config)
     engine = validate(EmbeddedEngine.Config(cpus=0, torch_threads=1)).build(model_path=str(tiny_path))
     try:
         meta = work.metas[0]
@@ -79,7 +77,7 @@ def test_resumed_run_matches_the_uninterrupted_run(ray_session, tiny_path, store
     batches = [work.metas, work.metas[:4], work.metas[2:]]
     keys = ("loss", "grad_norm", "entropy", "tokens", "lr")
 
-    group = group_config(dtype="float64", lr_decay_steps=2).build(model_path=str(tiny_path), store_config=store_config)
+    group = build_group(tiny_path, store_config, dtype="float64", schedule="cosine", steps=2)
     try:
         uninterrupted = [group.step(batches[0])]
         group.save(tmp_path / "ckpt", {"driver": {"version": 1}})
@@ -88,7 +86,7 @@ def test_resumed_run_matches_the_uninterrupted_run(ray_session, tiny_path, store
     finally:
         group.shutdown()
 
-    resumed_group = group_config(dtype="float64", lr_decay_steps=2).build(model_path=str(tiny_path), store_config=store_config)
+    resumed_group = build_group(tiny_path, store_config, dtype="float64", schedule="cosine", steps=2)
     try:
         assert resumed_group.load(tmp_path / "ckpt") == {"driver": {"version": 1}}
         resumed = [resumed_group.step(b) for b in batches[1:]]

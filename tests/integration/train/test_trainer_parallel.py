@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 from tests.helpers.trainer_workload import Workload, make_workload, reference_step
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.train.loss import PolicyLoss
+from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer import Trainer
 
 LOSS = PolicyLoss.Config(kind="grpo", clip_low=0.2, clip_high=0.28)
@@ -30,7 +31,8 @@ LOSS_TIS_KL = PolicyLoss.Config(kind="grpo", tis_cap=1.03, kl_coef=0.5, kl_estim
 
 def trainer_config(loss: PolicyLoss.Config = LOSS, reference: str | None = None) -> Trainer.Config:
     return Trainer.Config(
-        dtype="float64", loss=loss, encode_chunk_tokens=64, lr=1e-3, max_grad_norm=0.5, reference=reference,
+        dtype="float64", loss=loss, encode_chunk_tokens=64, optim=Optimizer.Config(lr=1e-3, max_grad_norm=0.5),
+        reference=reference,
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=MICRO_BATCH_TOKENS),
     )  # fmt: skip
 

@@ -55,7 +55,7 @@ def test_rows_of_another_width_are_refused(spec, rule):
 
 def test_the_engine_and_the_trainer_must_use_the_same_encoder():
     with pytest.raises(ConfigError, match=r"config field 'engine.encoder'.*expected the trainer's encoder"):
-        load_recipe(f"{RECIPE}:small", ["trainer.trainer.encoder.seed=1"])
+        load_recipe(f"{RECIPE}:small", ["trainer.encoder.seed=1"])
 
 
 def test_builds_start_alike_and_a_policy_folder_s_own_weights_win(spec, rule, tmp_path):

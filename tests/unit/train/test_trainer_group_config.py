@@ -1,4 +1,5 @@
-"""The trainer group's config: one ``Layout`` describes its ranks, set and checked like any config;
+"""The trainer's settings in ``vlrl train``: one ``Layout`` at ``layout`` describes the ranks, set
+and checked like any config; the optimizer, loss and micro-batching are sections of their own;
 the policy's checkpoint is set once, on the rollout side, and no component config repeats it."""
 
 from __future__ import annotations
@@ -7,42 +8,43 @@ import dataclasses
 
 import pytest
 
-from vlrl.config import ConfigError, apply_overrides, field_types, is_config, validate
+from vlrl.config import ConfigError, apply_overrides, field_types, is_config
 from vlrl.job.train_job import TrainJob
 from vlrl.pack import Layout
 from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
 from vlrl.rollout.policy_rollout import PolicyRollout
 from vlrl.rollout.server import OpenAIServer
+from vlrl.train.loss import PolicyLoss
+from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer import Trainer
 from vlrl.train.trainer_group import TrainerGroup
 
 
-def test_the_group_has_exactly_one_layout_and_no_mesh_fields_of_its_own():
-    types = field_types(TrainerGroup.Config)
+def test_the_job_has_exactly_one_layout_and_no_mesh_fields_elsewhere():
+    types = field_types(TrainJob.Config)
     assert [name for name, tp in types.items() if tp is Layout] == ["layout"]
-    assert not {"dp", "cp", "tp", "sequence_parallel", "world_size"} & set(types)
-    assert TrainerGroup.Config().layout == Layout(1, 1, 1)
+    for config in (TrainerGroup.Config, Trainer.Config):
+        assert not {"layout", "dp", "cp", "tp", "sequence_parallel", "world_size"} & set(field_types(config))
+    assert TrainJob.Config().layout == Layout(1, 1, 1)
 
 
 def test_overrides_set_the_layout_field_by_field():
-    config = apply_overrides(
-        TrainJob.Config(), ["trainer.layout.dp=2", "trainer.layout.cp=2", "trainer.layout.tp=2"]
-    )
-    assert config.trainer.layout == Layout(dp=2, cp=2, tp=2)
-    assert config.trainer.layout.world_size == 8
-    assert TrainJob.Config().trainer.layout == Layout(1)  # the default tree is not touched
+    config = apply_overrides(TrainJob.Config(), ["layout.dp=2", "layout.cp=2", "layout.tp=2"])
+    assert config.layout == Layout(dp=2, cp=2, tp=2)
+    assert config.layout.world_size == 8
+    assert TrainJob.Config().layout == Layout(1)  # the default tree is not touched
 
 
 @pytest.mark.parametrize(
     ("overrides", "path", "expected"),
     [
-        (["trainer.layout.cp=0"], "trainer.layout.cp", ">= 1"),
-        (["trainer.layout.dp=1.5"], "trainer.layout.dp", "an integer"),
-        (["trainer.layout.tp=2", "trainer.layout.sequence_parallel=false"], "trainer.layout.sequence_parallel",
-         "True, since tp = 2 > 1"),
-        (["trainer.dp=2"], "trainer.dp", "a field of TrainerGroup.Config: layout"),
+        (["layout.cp=0"], "layout.cp", ">= 1"),
+        (["layout.dp=1.5"], "layout.dp", "an integer"),
+        (["layout.tp=2", "layout.sequence_parallel=false"], "layout.sequence_parallel", "True, since tp = 2 > 1"),
+        (["trainer.dp=2"], "trainer.dp", "a field of TrainerGroup.Config"),
+        (["trainer.layout.dp=2"], "trainer.layout.dp", "its new path 'layout.dp'"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_layout_is_refused_at_config_time_naming_the_field(overrides, path, expected):
     with pytest.raises(ConfigError) as error:
         apply_overrides(TrainJob.Config(), overrides)
@@ -51,9 +53,16 @@ def test_a_bad_layout_is_refused_at_config_time_naming_the_field(overrides, path
 
 def test_a_bad_layout_built_in_a_recipe_is_refused_where_it_is_built():
     with pytest.raises(ConfigError, match=r"'Layout.tp': got 0"):
-        TrainerGroup.Config(layout=Layout(1, 1, 0))
-    with pytest.raises(ConfigError, match=r"'layout.sequence_parallel'"):
-        validate(TrainerGroup.Config(layout=Layout(1, 1, 2, sequence_parallel=False)))
+        Layout(1, 1, 0)
+
+
+def test_the_ranks_run_the_jobs_sections_and_their_own_settings():
+    group = TrainerGroup.Config(dtype="float64", encode_chunk_tokens=64, cpus_per_worker=0.5)
+    optim, loss = Optimizer.Config(lr=3e-4, schedule="cosine"), PolicyLoss.Config(kind="sft")
+    rank = group.rank_config(optim=optim, loss=loss, micro_batches=TrainJob.Config().micro_batches)
+    assert (rank.dtype, rank.encode_chunk_tokens, rank.optim, rank.loss) == ("float64", 64, optim, loss)
+    assert {f.name for f in dataclasses.fields(Trainer.Config)} - {f.name for f in dataclasses.fields(TrainerGroup.Config)} == {
+        "optim", "loss", "micro_batches"}  # fmt: skip
 
 
 @pytest.mark.parametrize("config", [Trainer.Config, EmbeddedEngine.Config, VLLMEngine.Config, TrainerGroup.Config])

@@ -1,0 +1,136 @@
+"""Where a user finds the settings of ``vlrl train``: the common ones at most two dots from the
+top, an old path refused with its new one named, and ``--set`` reaching dict keys and taking a
+list in brackets with bare words."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlrl.config import ConfigError, apply_overrides
+from vlrl.config.moved import MOVED, moved
+from vlrl.job.train_job import TrainJob
+from vlrl.recipes import DataSource, EnvSettings, WarmStart
+
+
+def _job() -> TrainJob.Config:
+    source = DataSource(env=EnvSettings(tasks=["click-target"], params={"distractors": 0}))
+    return TrainJob.Config(sources=[source], warm_start=WarmStart())
+
+
+def _get(cfg, path: str):
+    for part in path.replace("[", ".[").split("."):
+        cfg = cfg[int(part[1:-1])] if part.startswith("[") else getattr(cfg, part)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("override", "path", "value"),
+    [
+        ("optim.lr=1e-4", "optim.lr", 1e-4),
+        ("optim.schedule=cosine", "optim.schedule", "cosine"),
+        ("optim.min_lr_ratio=0.05", "optim.min_lr_ratio", 0.05),
+        ("steps=40", "steps", 40),
+        ("driver.groups_per_batch=4", "driver.groups_per_batch", 4),
+        ("sources[0].group_size=4", "sources[0].group_size", 4),
+        ("layout.tp=2", "layout.tp", 2),
+        ("loss.kind=ppo", "loss.kind", "ppo"),
+        ("loss.clip_high=0.2", "loss.clip_high", 0.2),
+        ("loss.tis_cap=2.0", "loss.tis_cap", 2.0),
+        ("micro_batches.max_tokens_per_micro_batch=2048", "micro_batches.max_tokens_per_micro_batch", 2048),
+        ("engine.max_batch=8", "engine.max_batch", 8),
+        ("sources[0].agent.temperature=0.7", "sources[0].agent.temperature", 0.7),
+        ("trainer.dtype=bfloat16", "trainer.dtype", "bfloat16"),
+        ("warm_start.lr=1e-2", "warm_start.lr", 1e-2),
+        ("warm_start.schedule=cosine", "warm_start.schedule", "cosine"),
+        ("eval.every=5", "eval.every", 5),
+    ],
+)
+def test_common_settings_sit_at_most_two_dots_deep(override, path, value):
+    assert path.count(".") <= 2
+    assert _get(apply_overrides(_job(), [override]), path) == value
+
+
+def test_the_warm_start_and_the_rl_stage_spell_the_schedule_alike():
+    from vlrl.config import field_types
+
+    assert field_types(WarmStart)["schedule"] == field_types(type(_job().optim))["schedule"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("trainer.trainer.lr=1e-4", "optim.lr"),
+        ("trainer.trainer.loss.kind=ppo", "loss.kind"),
+        ("trainer.trainer.micro_batches.cost.linear=2", "micro_batches.cost.linear"),
+        ("trainer.trainer.dtype=bfloat16", "trainer.dtype"),
+        ("trainer.layout.dp=2", "layout.dp"),
+        ("warm_start.lr_schedule=cosine", "warm_start.schedule"),
+        ("trainer.trainer.lr_decay_steps=50", "optim.schedule"),
+    ],
+)
+def test_an_old_path_fails_naming_the_new_one(old, new):
+    with pytest.raises(ConfigError) as error:
+        apply_overrides(_job(), [old])
+    assert error.value.path == old.partition("=")[0]
+    assert f"its new path {new!r}" in str(error.value)
+    if new != "optim.schedule":
+        assert f"use --set {new}={old.partition('=')[2]}" in str(error.value)
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_every_moved_path_leads_somewhere_that_exists(old):
+    new, _ = moved(old)
+    _get(_job(), new)  # AttributeError if the table points nowhere
+    with pytest.raises(ConfigError, match=f"its new path '{new}'"):
+        apply_overrides(_job(), [f"{old}=1"])
+
+
+def test_a_mistyped_path_is_not_taken_for_a_moved_one():
+    with pytest.raises(ConfigError, match=r"unknown key 'lrr'.*did you mean 'optim.lr'"):
+        apply_overrides(_job(), ["optim.lrr=1"])
+
+
+@pytest.mark.parametrize(
+    ("override", "value"),
+    [
+        ("sources[0].env.params.jitter=0", 0),
+        ("sources[0].env.params.jitter=0.5", 0.5),
+        ("sources[0].env.params.jitter=true", True),
+        ("sources[0].env.params.jitter=wide", "wide"),
+    ],
+)
+def test_set_reaches_a_dict_key_and_parses_its_value(override, value):
+    config = apply_overrides(_job(), [override])
+    params = config.sources[0].env.params
+    assert params == {"distractors": 0, "jitter": value} and type(params["jitter"]) is type(value)
+
+
+def test_set_changes_an_existing_dict_key_and_a_typed_dicts_value():
+    config = apply_overrides(_job(), ["sources[0].env.params.distractors=3", "pool.budget.shares.desktop=3"])
+    assert config.sources[0].env.params == {"distractors": 3}
+    assert config.pool.budget.shares["desktop"] == 3.0 and type(config.pool.budget.shares["desktop"]) is float
+
+
+def test_a_bad_dict_value_names_the_key():
+    with pytest.raises(ConfigError, match=r"config field 'pool.budget.shares\['desktop'\]'"):
+        apply_overrides(_job(), ["pool.budget.shares.desktop=-1"])
+
+
+@pytest.mark.parametrize(
+    ("override", "tasks"),
+    [
+        ("sources[0].env.tasks=[distinct]", ["distinct"]),
+        ("sources[0].env.tasks=[click-target, distinct]", ["click-target", "distinct"]),
+        ('sources[0].env.tasks=["click-target", "distinct"]', ["click-target", "distinct"]),
+        ("sources[0].env.tasks=click-target,distinct", ["click-target", "distinct"]),
+        ("sources[0].env.tasks=[]", []),
+        ("sources[0].env.tasks=none", None),
+    ],
+)
+def test_a_list_is_taken_in_brackets_with_bare_words(override, tasks):
+    assert apply_overrides(_job(), [override]).sources[0].env.tasks == tasks
+
+
+def test_a_dict_is_taken_in_braces_with_bare_words():
+    config = apply_overrides(_job(), ["sources[0].env.params={jitter: 0, theme: dark}"])
+    assert config.sources[0].env.params == {"jitter": 0, "theme": "dark"}

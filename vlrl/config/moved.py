@@ -1,0 +1,53 @@
+"""Settings that have moved: each old dotted path and where it lives now.
+
+``--set`` consults this table when a path does not resolve, so an old path fails with an error
+naming the new one instead of a bare "unknown key" (``--set trainer.trainer.lr=1e-4`` ->
+``optim.lr``). A longer old path matches by its longest listed prefix and keeps the rest:
+``trainer.trainer.loss.kind`` -> ``loss.kind``. Entries stay as long as old commands and notes
+may still name them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Moved(NamedTuple):
+    """Where an old path's setting lives now, and what to know when moving a value over."""
+
+    new: str
+    note: str = ""
+
+
+MOVED: dict[str, Moved] = {
+    # vlrl train: the trainer's settings, two dots deep at most (``TrainJob.Config``)
+    "trainer.trainer.lr": Moved("optim.lr"),
+    "trainer.trainer.lr_decay_steps": Moved(
+        "optim.schedule", "set optim.schedule=cosine: the rate then decays over the run's steps"
+    ),
+    "trainer.trainer.lr_min_ratio": Moved("optim.min_lr_ratio"),
+    "trainer.trainer.weight_decay": Moved("optim.weight_decay"),
+    "trainer.trainer.betas": Moved("optim.betas"),
+    "trainer.trainer.max_grad_norm": Moved("optim.max_grad_norm"),
+    "trainer.trainer.loss": Moved("loss"),
+    "trainer.trainer.micro_batches": Moved("micro_batches"),
+    "trainer.trainer.dtype": Moved("trainer.dtype"),
+    "trainer.trainer.encode_chunk_tokens": Moved("trainer.encode_chunk_tokens"),
+    "trainer.trainer.encoder": Moved("trainer.encoder"),
+    "trainer.trainer.reference": Moved("trainer.reference"),
+    "trainer.trainer": Moved("trainer", "its fields are now optim, loss, micro_batches and trainer"),
+    "trainer.layout": Moved("layout"),
+    # the warm start's schedule is spelled as the RL stage's (``optim.schedule``)
+    "warm_start.lr_schedule": Moved("warm_start.schedule"),
+}
+
+
+def moved(path: str) -> tuple[str, Moved] | None:
+    """``(new path, entry)`` for an old ``path`` (or one under an old path); None if it never moved."""
+    parts = path.split(".")
+    for n in range(len(parts), 0, -1):
+        entry = MOVED.get(".".join(parts[:n]))
+        if entry is not None:
+            rest = parts[n:]
+            return ".".join([entry.new, *rest]), entry
+    return None
