@@ -6,12 +6,12 @@ the ``--set`` overrides and validates the result. Classes and functions the file
 to Ray actors by value, so a recipe may define its own harness or encoder. A variant is a function that calls its base
 recipe and changes what differs, so the difference between two runs reads as code::
 
-    def recipe() -> Trainer.Config:
-        return Trainer.Config(store=RayStore.Config(), ...)
+    def recipe() -> TrainJob.Config:
+        return base_recipe([DataSource(codebase="desktop")], run_dir="runs/mine")
 
-    def long_context() -> Trainer.Config:
+    def long_context() -> TrainJob.Config:
         cfg = recipe()
-        cfg.pack.max_tokens = 65536
+        cfg.micro_batches.max_tokens_per_micro_batch = 65536
         return cfg
 """
 

@@ -22,7 +22,7 @@ Token placement of one packed micro-batch of length ``L`` on one DP rank:
 The packer asks which token ranges to fetch (``cp_window``), the multimodal path asks where to
 send each image embedding row (``owners``), ``train.parallel`` builds the device mesh from
 ``mesh_dims``; all get their answer here. ``Layout`` is also the config of the trainer's ranks
-(``TrainerGroup.Config.layout``; ``--set trainer.layout.cp=2``): a mutable dataclass whose fields
+(``TrainJob.Config.layout``; ``--set layout.cp=2``): a mutable dataclass whose fields
 are checked on construction and again by ``vlrl.config.validate`` after overrides.
 """
 
