@@ -35,7 +35,11 @@ MOVED: dict[str, Moved] = {
     "trainer.trainer.encode_chunk_tokens": Moved("trainer.encode_chunk_tokens"),
     "trainer.trainer.encoder": Moved("trainer.encoder"),
     "trainer.trainer.reference": Moved("trainer.reference"),
-    "trainer.trainer": Moved("trainer", "its fields are now optim, loss, micro_batches and trainer"),
+    "trainer.trainer": Moved(
+        "trainer",
+        "its fields moved up: the optimizer's to optim (optim.lr), loss to loss, micro_batches to"
+        " micro_batches, dtype, encoder, reference and encode_chunk_tokens to trainer",
+    ),
     "trainer.layout": Moved("layout"),
     # the warm start's schedule is spelled as the RL stage's (``optim.schedule``)
     "warm_start.lr_schedule": Moved("warm_start.schedule"),
@@ -51,3 +55,14 @@ def moved(path: str) -> tuple[str, Moved] | None:
             rest = parts[n:]
             return ".".join([entry.new, *rest]), entry
     return None
+
+
+def moved_attribute(owner: str, path: str, name: str) -> AttributeError:
+    """The error for reading ``name`` off the config at ``path`` in recipe code
+    (``config.trainer.trainer``): the new path when it moved, else Python's own message."""
+    found = moved(f"{path}.{name}")
+    if found is None:
+        return AttributeError(f"{owner!r} object has no attribute {name!r}")
+    new, entry = found
+    note = f" ({entry.note})" if entry.note else ""
+    return AttributeError(f"{owner} has no field {name!r}: config.{path}.{name} has moved to config.{new}{note}")

@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 from encoders.spec import ResolvedEncoder
 from vlrl.config import ConfigError, Ge, Gt, validate
+from vlrl.config.moved import moved_attribute
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.records import SeqMeta
 from vlrl.train.loss import PolicyLoss
@@ -125,6 +126,11 @@ class TrainerGroup:
         """Ray CPUs each rank reserves."""
         gpus_per_worker: Annotated[float, Ge(0)] = 0.0
         """Ray GPUs each rank reserves (0 on CPU machines)."""
+
+        def __getattr__(self, name: str) -> Any:
+            """Only for a name that is no field: a recipe's ``config.trainer.trainer`` or
+            ``config.trainer.layout`` is told where the setting lives now."""
+            raise moved_attribute(type(self).__qualname__, "trainer", name)
 
         def rank_config(
             self, *, optim: Optimizer.Config, loss: PolicyLoss.Config, micro_batches: MicroBatchPlanner.Config

@@ -85,6 +85,21 @@ def test_every_moved_path_leads_somewhere_that_exists(old):
         apply_overrides(_job(), [f"{old}=1"])
 
 
+@pytest.mark.parametrize(
+    ("read", "new"),
+    [
+        (lambda c: c.trainer.trainer.lr, "config.trainer.trainer has moved to config.trainer (its fields moved up: the optimizer's to optim"),
+        (lambda c: c.trainer.layout, "config.trainer.layout has moved to config.layout"),
+    ],
+)
+def test_recipe_code_reading_an_old_path_is_told_the_new_one(read, new):
+    with pytest.raises(AttributeError) as error:
+        read(_job())
+    assert new in str(error.value)
+    with pytest.raises(AttributeError, match=r"'TrainerGroup.Config' object has no attribute 'nothing'"):
+        _job().trainer.nothing
+
+
 def test_a_mistyped_path_is_not_taken_for_a_moved_one():
     with pytest.raises(ConfigError, match=r"unknown key 'lrr'.*did you mean 'optim.lr'"):
         apply_overrides(_job(), ["optim.lrr=1"])
