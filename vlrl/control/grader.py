@@ -40,8 +40,6 @@ class GradeResult:
     """The group with the grader's rewards; on failure, the metas as submitted."""
     original_rewards: tuple[float, ...]
     """Rewards before grading (the rollout's), in the order of ``metas``."""
-    attempts: int
-    """Grader calls made for this group (1 when the first succeeded)."""
     error: str | None = None
     """Why the last attempt failed, when every attempt did."""
 
@@ -133,15 +131,9 @@ class GraderRunner:
                     await asyncio.sleep(self.config.delay(attempt))
                 continue
             graded = tuple(dataclasses.replace(m, reward=r) for m, r in zip(metas, checked))
-            return GradeResult(group_id, graded, originals, attempt)
+            return GradeResult(group_id, graded, originals)
         message = f"grader {name} failed {self.config.max_attempts} attempts on group {group_id!r}; last: {error}"
-        return GradeResult(group_id, tuple(metas), originals, self.config.max_attempts, message)
-
-    async def aclose(self) -> None:
-        """Cancel grading still in flight (its groups get no result)."""
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        return GradeResult(group_id, tuple(metas), originals, message)
 
     async def _grade_into_queue(self, metas: tuple[SeqMeta, ...]) -> None:
         try:

@@ -111,15 +111,15 @@ class GroupHook:
         keys = tuple(m.key for m in metas)
         sampled = self.sampler.decide(metas)
         if not sampled.accepted:
-            return GroupDecision(group_id, "rejected", sampled.reason, keys, tuple(m.reward for m in metas))
+            return GroupDecision(group_id, "rejected", sampled.reason, keys)
         rewards = np.array([m.reward for m in metas]) if self.overlong is None else self.overlong.apply(metas)  # (n,)
         advantages = group_advantages(rewards, self.config.estimator, eps=self.config.eps)  # (n,)
         if self.shaping is not None:
             advantages = apply_shaping(self.shaping, metas, advantages)
-        final = (tuple(rewards.tolist()), tuple(advantages.tolist()))
+        final = tuple(advantages.tolist())
         credit = self.config.step_credit
         if credit is None and self.config.drop_zero_advantage and not advantages.any():
-            return GroupDecision(group_id, "dropped", f"{sampled.reason}; all advantages zero", keys, *final)
+            return GroupDecision(group_id, "dropped", f"{sampled.reason}; all advantages zero", keys, final)
         rows = store.get(list(keys), fields=[LOSS_MASK])
         masks = [_column(rows, m, LOSS_MASK) for m in metas]
         per_token = [token_advantages(mask, a) for mask, a in zip(masks, advantages)]
@@ -132,9 +132,9 @@ class GroupHook:
             ]
             turns = (steps.grouped, steps.turns)
             if self.config.drop_zero_advantage and not any(a.any() for a in per_token):
-                return GroupDecision(group_id, "dropped", f"{sampled.reason}; all advantages zero", keys, *final, turns)
+                return GroupDecision(group_id, "dropped", f"{sampled.reason}; all advantages zero", keys, final, turns)
         _write(store, metas, per_token)
-        return GroupDecision(group_id, "accepted", sampled.reason, keys, *final, turns)
+        return GroupDecision(group_id, "accepted", sampled.reason, keys, final, turns)
 
     def _opd(self, group_id: str, metas: Sequence[SeqMeta], store: PayloadStore) -> GroupDecision:
         keys = tuple(m.key for m in metas)
@@ -152,12 +152,11 @@ class GroupHook:
             for m in metas
         ]  # n x (T_i,) float32
         means = tuple(float(a.sum() / max(m.num_response_tokens, 1)) for a, m in zip(per_token, metas))
-        rewards = tuple(m.reward for m in metas)
         if self.config.drop_zero_advantage and not any(a.any() for a in per_token):
             reason = "OPD: teacher and student agree on every token"
-            return GroupDecision(group_id, "dropped", reason, keys, rewards, means)
+            return GroupDecision(group_id, "dropped", reason, keys, means)
         _write(store, metas, per_token)
-        return GroupDecision(group_id, "accepted", "OPD: teacher-scored", keys, rewards, means)
+        return GroupDecision(group_id, "accepted", "OPD: teacher-scored", keys, means)
 
 
 def _column(rows: dict[str, dict[str, np.ndarray]], meta: SeqMeta, name: str) -> np.ndarray:

@@ -63,14 +63,6 @@ class Layout:
         except ConfigError as error:
             raise error.under("Layout") from None
 
-    @classmethod
-    def from_world(cls, world_size: int, *, cp: int = 1, tp: int = 1, sequence_parallel: bool = True) -> Layout:
-        """The layout of ``world_size`` ranks with the given CP and TP sizes; DP takes the rest."""
-        cls(1, cp, tp, sequence_parallel)  # cp and tp checked before dividing by them
-        if not isinstance(world_size, int) or world_size < 1 or world_size % (cp * tp):
-            raise ValueError(f"world size {world_size!r} is not a positive multiple of cp * tp = {cp} * {tp}")
-        return cls(world_size // (cp * tp), cp, tp, sequence_parallel)
-
     @property
     def world_size(self) -> int:
         return self.dp * self.cp * self.tp

@@ -142,7 +142,7 @@ class HarnessPool:
                 outcome = await self._attempt(tenant, run_id, codebase, env_settings or {})
                 if outcome.status in ("ok", "failed", "timeout"):
                     outcome = TenantOutcome(
-                        tenant_id, outcome.status, outcome.value, outcome.error, outcome.host, attempt, tuple(lost)
+                        tenant_id, outcome.status, outcome.value, outcome.error, outcome.host, tuple(lost)
                     )
                     break
                 if outcome.status == "loop_host_died":
@@ -155,7 +155,6 @@ class HarnessPool:
                     tenant_id,
                     "failed",
                     error=f"gave up after {self.config.max_attempts} attempts: " + "; ".join(reasons),
-                    attempts=self.config.max_attempts,
                     lost_writers=tuple(lost),
                 )
             self.book.record(outcome)
@@ -193,7 +192,7 @@ class HarnessPool:
         env_lease: HostLease | None = await env_pool.acquire() if env_pool is not None else None
         try:
             assignment = (
-                EnvAssignment(env_lease.host, env_lease.index, codebase, settings) if env_lease is not None else None
+                EnvAssignment(env_lease.host, codebase, settings) if env_lease is not None else None
             )
             outcome = await loop_lease.host.run.remote(run_id, tenant, assignment)
         except RayActorError as error:

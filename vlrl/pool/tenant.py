@@ -37,7 +37,6 @@ class TenantOutcome:
     value: Any = None
     error: str | None = None
     host: int | None = None
-    attempts: int = 1
     lost_writers: tuple[str, ...] = ()
     """Runs of this tenant whose loop host died under them: store writes they made could not be
     taken back by the host, so the caller that owns the store does it (``PayloadStore.take_back``)."""
@@ -53,7 +52,6 @@ class EnvAssignment:
     """The env host the driver chose for one tenant (fewest leased instances in its pool)."""
 
     host: Any
-    host_index: int
     codebase: str
     """The harness codebase of the host's pool (errors name it)."""
     settings: dict[str, Any] = field(default_factory=dict)

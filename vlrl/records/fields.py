@@ -1,7 +1,7 @@
 """The one table of payload fields: every heavy per-sequence array the store holds.
 
-Each row says what the array is (name, dtype, what its rows are), who writes it, who reads it and
-which loss terms need it packed. Modules that name a payload field take the name from here, and
+Each row says what the array is (name, dtype, what its rows are), who writes it and which loss
+terms need it packed. Modules that name a payload field take the name from here, and
 the packer packs exactly the fields the trainer's loss terms need (``fields_for``), so nothing
 writes an array only to satisfy a reader that ignores it, and no field changes name in transit:
 the window array of a field has the field's name.
@@ -32,8 +32,6 @@ class PayloadField:
     """What axis 0 counts."""
     writer: str
     """The component that writes it (once per key)."""
-    readers: tuple[str, ...]
-    """The components that read it."""
     needed_by: frozenset[LossTerm]
     """Loss terms that need it in the packed window (empty: never packed)."""
     pad: int | float | bool
@@ -56,33 +54,33 @@ FIELDS: dict[str, PayloadField] = {
     for f in (
         PayloadField(
             TOKEN_IDS, "int32", "token", "rollout.trajectory (demos too)",
-            ("pack.window", "control.teacher", "job.evaluate"), _ALL_TERMS, 0,
+            _ALL_TERMS, 0,
             "Every token of the sequence, prompt and generated, as the policy saw them.",
         ),
         PayloadField(
             LOGPROBS, "float32", "token", "rollout.trajectory",
-            ("pack.window", "control.group_hook (OPD)"), frozenset({"policy_gradient"}), 0.0,
+            frozenset({"policy_gradient"}), 0.0,
             "The sampling policy's logprob of each generated token; 0 on prompt tokens.",
         ),
         PayloadField(
             LOSS_MASK, "bool", "token", "rollout.trajectory",
-            ("pack.window", "control.group_hook", "control.teacher", "job.evaluate"), _ALL_TERMS, False,
+            _ALL_TERMS, False,
             "True on the tokens the policy generated (the only ones that carry loss).",
         ),
         PayloadField(
             ADVANTAGES, "float32", "token", "control.group_hook",
-            ("pack.window",), frozenset({"policy_gradient"}), 0.0,
+            frozenset({"policy_gradient"}), 0.0,
             "Per-token advantage of an accepted sequence (its group-relative scalar on each"
             " generated token, or teacher minus student logprobs under OPD).",
         ),
         PayloadField(
             TEACHER_LOGPROBS, "float32", "token", "control.teacher",
-            ("control.group_hook (OPD)", "pack.window"), frozenset({"distillation"}), 0.0,
+            frozenset({"distillation"}), 0.0,
             "The teacher's logprob of each generated token (0 elsewhere), under on-policy distillation.",
         ),
         PayloadField(
             PIXELS, "uint8", "image_row", "mm.store_images",
-            ("train.pixel_fetch", "control.teacher"), frozenset(), 0,
+            frozenset(), 0,
             "Canonical RGB [H, W, 3] pixels of one image, stored once per content hash.",
         ),
     )

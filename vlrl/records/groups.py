@@ -43,8 +43,6 @@ class GroupDecision:
     """Why, in words (the sampler's pass rate, the drop cause)."""
     keys: tuple[str, ...]
     """The group's store keys, in the order of the metas the hook was given."""
-    rewards: tuple[float, ...]
-    """Final reward per sequence: after the overlong penalty, or as given if rejected before it."""
     advantages: tuple[float, ...] = ()
     """Scalar advantage per sequence after shaping (OPD: the mean per-token advantage over the
     response, for metrics); empty when the sampler rejected the group first."""
@@ -68,7 +66,7 @@ class AcceptedGroup:
     metas: tuple[SeqMeta, ...]
     """Its sequences."""
     decision: GroupDecision
-    """The hook's decision (rewards and advantages for metrics)."""
+    """The hook's decision (its step-level credit counts go to the step's metrics)."""
     policy_version: int
     """Oldest policy version that sampled any of its tokens."""
 

@@ -201,10 +201,6 @@ class InferenceClient:
             except (EndpointUnavailable, TransientEndpointError):
                 pass  # a replica that is gone holds nothing to free
 
-    def replica_of(self, trajectory_id: str) -> str | None:
-        replica = self._sticky.get(trajectory_id)
-        return None if replica is None else self._endpoints[replica].name
-
     async def _send(
         self,
         endpoint: Endpoint,

@@ -62,9 +62,6 @@ class EncodePlan:
     ranks: tuple[int, ...]
     """Encoder rank of each distinct item."""
 
-    def rank_of(self, content_hash: str) -> int:
-        return self.ranks[self.hashes.index(content_hash)]
-
     def items_of(self, rank: int) -> list[int]:
         """Indices into ``hashes`` that ``rank`` encodes, in first-seen order: its output row order."""
         return [i for i, r in enumerate(self.ranks) if r == rank]

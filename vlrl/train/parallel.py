@@ -27,9 +27,8 @@ from vlrl.pack.layout import Coords, Layout
 class Parallel:
     layout: Layout
     rank: int
-    mesh: DeviceMesh
-    """``Layout.mesh_dims``: ``(dp, cp, tp)``."""
     tp_mesh: DeviceMesh
+    """The ``tp`` dimension of the mesh (``Layout.mesh_dims``: ``(dp, cp, tp)``)."""
     dp_cp_mesh: DeviceMesh
     cp_group: Any
     """None when cp = 1."""
@@ -49,7 +48,6 @@ class Parallel:
         return cls(
             layout=layout,
             rank=dist.get_rank(),
-            mesh=mesh,
             tp_mesh=mesh["tp"],
             dp_cp_mesh=mesh["dp", "cp"]._flatten("dp_cp"),
             cp_group=mesh.get_group("cp") if layout.cp > 1 else None,

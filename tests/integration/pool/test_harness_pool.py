@@ -105,8 +105,7 @@ def test_a_failing_tenant_is_reported_and_its_neighbours_finish(ray_session):
         assert statuses.count("failed") == 2 and statuses.count("ok") == 19
         assert "ValueError: tenant asked to fail" in outcomes[5].error
         assert "harness exploded on seed 3" in outcomes[-1].error
-        assert outcomes[5].attempts == 1  # a tenant's own failure is not retried
-        book = pool.book
+        book = pool.book  # a tenant's own failure is not retried: nothing resubmitted
         assert (book.submitted, book.ok, book.failed, book.resubmitted) == (21, 19, 2, 0) and book.balanced()
         # The hosts are alive and serve new tenants.
         assert asyncio.run(pool.run(Sleeper(0.01))).status == "ok"
@@ -146,7 +145,6 @@ def test_a_killed_host_mid_run_loses_no_episode(ray_session, side):
         deaths = book.loop_host_deaths if side == "loop" else book.env_host_deaths
         assert deaths == 1 and book.resubmitted >= 1
         assert book.submitted == book.ok == 40 and book.balanced()
-        assert any(o.attempts == 2 for o in outcomes)
         # The dead host's slot holds a fresh host that works.
         assert asyncio.run(pool.run(ScriptedEpisode(seed=99), codebase="light")).status == "ok"
     finally:

@@ -36,7 +36,7 @@ def test_a_session_gets_the_local_harness_screens_exactly_from_a_fraction_of_the
 
     async def play() -> tuple[list, list[int]]:
         await host.open.remote("t/0", SETTINGS)
-        session = EnvSession(EnvAssignment(host, 0, "desktop"), "t/0", _blocking)
+        session = EnvSession(EnvAssignment(host, "desktop"), "t/0", _blocking)
         obs, _ = await session.reset(seed=3)
         shots, sizes = [obs.screenshot], []
         oracle = await session.oracle()

@@ -54,8 +54,10 @@ class Gated:
 class Broken:
     def __init__(self, output) -> None:
         self.output = output
+        self.calls = 0
 
     async def grade(self, metas):
+        self.calls += 1
         return self.output
 
 
@@ -95,7 +97,7 @@ def test_shortest_success_grader_validates_its_weight(weight):
 
 def test_graded_metas_carry_new_rewards_and_keep_the_old():
     result = asyncio.run(FAST.build(ShortestSuccessGrader()).grade(_group()))
-    assert result.ok and result.attempts == 1 and result.group_id == "g"
+    assert result.ok and result.group_id == "g"
     assert [m.reward for m in result.metas] == [1.0, 0.75, 0.5, 0.0]
     assert result.original_rewards == (1.0, 1.0, 1.0, 0.0)
     assert [m.key for m in result.metas] == ["g/0", "g/1", "g/2", "g/3"]
@@ -108,7 +110,7 @@ def test_crashed_grader_is_retried_with_backoff():
     grader = Flaky(failures=2)
     cfg = GraderRunner.Config(backoff_s=0.02, backoff_factor=2.0, max_attempts=3)
     result = asyncio.run(cfg.build(grader).grade(_group()))
-    assert result.ok and result.attempts == 3
+    assert result.ok and len(grader.calls) == 3
     assert [m.reward for m in result.metas] == [0.5] * 4
     first_wait, second_wait = grader.calls[1] - grader.calls[0], grader.calls[2] - grader.calls[1]
     assert first_wait >= 0.02 and second_wait >= 0.04
@@ -123,7 +125,7 @@ def test_grader_that_always_fails_is_reported():
     grader = Flaky(failures=99)
     group = _group()
     result = asyncio.run(FAST.build(grader).grade(group))
-    assert not result.ok and result.attempts == 3 and len(grader.calls) == 3
+    assert not result.ok and len(grader.calls) == 3
     assert result.error == "grader Flaky failed 3 attempts on group 'g'; last: ConnectionError: judge unavailable"
     assert result.metas == tuple(group)  # rewards untouched: the driver decides what a failed grade means
 
@@ -133,8 +135,9 @@ def test_grader_that_always_fails_is_reported():
     [([1.0], "returned 1 rewards for a group of 4"), ([0.0, 1.0, float("inf"), 0.0], "non-finite rewards")],
 )
 def test_malformed_grades_count_as_failures(output, error):
-    result = asyncio.run(GraderRunner.Config(backoff_s=0, max_attempts=2).build(Broken(output)).grade(_group()))
-    assert not result.ok and result.attempts == 2 and error in result.error
+    grader = Broken(output)
+    result = asyncio.run(GraderRunner.Config(backoff_s=0, max_attempts=2).build(grader).grade(_group()))
+    assert not result.ok and grader.calls == 2 and error in result.error
 
 
 def test_hung_grader_times_out():
@@ -194,17 +197,3 @@ def test_concurrency_is_bounded():
 
     grader, results = asyncio.run(scenario())
     assert grader.max_in_flight == 3 and all(r.ok for r in results)
-
-
-def test_close_cancels_grading_in_flight():
-    async def scenario():
-        grader = Gated()
-        grader.gates["never"] = asyncio.Event()
-        runner = FAST.build(grader)
-        runner.submit(_group("never"))
-        await asyncio.sleep(0.01)
-        await runner.aclose()
-        return runner
-
-    runner = asyncio.run(scenario())
-    assert runner.pending == 0 and runner.ready() == []

@@ -42,7 +42,6 @@ def test_accepted_group_gets_per_token_advantages_reading_only_the_mask():
     assert _bytes_read(store) - before == sum(m.num_tokens for m in metas) == 32
     assert decision.status == "accepted" and decision.reason == "pass rate 0.25 in (0.00, 1.00)"
     assert decision.keys == ("g/0", "g/1", "g/2", "g/3") and decision.accepted
-    assert decision.rewards == (1.0, 0.0, 0.0, 0.0)
     np.testing.assert_allclose(decision.advantages, [S3, -1 / S3, -1 / S3, -1 / S3], rtol=1e-5)
     for m, layout, a in zip(metas, LAYOUTS, decision.advantages):
         written = store.get([m.key], fields=["advantages"])[m.key]["advantages"]
@@ -101,7 +100,6 @@ def test_overlong_penalty_makes_an_all_solved_group_informative():
     )
     decision = cfg.build()(metas, store)
     # penalties 0, (10 - 4 - 8)/4 = -0.5, -1 -> rewards [1, 0.5, 0], mean 0.5 -> advantages [0.5, 0, -0.5]
-    assert decision.rewards == (1.0, 0.5, 0.0)
     assert decision.advantages == (0.5, 0.0, -0.5)
 
 

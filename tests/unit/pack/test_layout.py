@@ -156,7 +156,6 @@ def test_owners_by_hand():
         (lambda: Layout(1, 1, 1.5), r"'Layout.tp': got 1.5"),
         (lambda: Layout(True), r"'Layout.dp': got True"),
         (lambda: Layout(1, sequence_parallel="yes"), r"'Layout.sequence_parallel': got 'yes'"),
-        (lambda: Layout.from_world(6, cp=4), r"world size 6 is not a positive multiple of cp \* tp = 4 \* 1"),
         (lambda: Layout(2, 2, 2).check_world(6), r"world size 6 does not match the layout dp=2 x cp=2 x tp=2 = 8"),
         (lambda: Layout(2, 2, 2).coords(8), r"rank 8 out of range; expected an int in 0..7"),
         (lambda: Layout(2, 2, 2).rank(0, 2, 0), r"cp rank 2 out of range"),
@@ -171,17 +170,6 @@ def test_owners_by_hand():
 def test_errors_name_what_was_wrong(make, message):
     with pytest.raises(ValueError, match=message):
         make()
-
-
-def test_from_world_takes_dp_from_the_rest():
-    layout = Layout.from_world(16, cp=2, tp=4)
-    assert (layout.dp, layout.cp, layout.tp, layout.world_size) == (2, 2, 4, 16)
-    layout.check_world(16)
-
-
-def test_from_world_checks_cp_and_tp_first():
-    with pytest.raises(ValueError, match=r"'Layout.cp': got 0"):
-        Layout.from_world(8, cp=0)
 
 
 def test_a_layout_is_a_config_that_overrides_set_and_validate():
