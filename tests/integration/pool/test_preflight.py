@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -92,7 +91,6 @@ def test_vlrl_train_fails_on_a_refused_setting_before_ray_starts(tmp_path) -> No
             config.run_dir = "RUN_DIR"
             return config
     """).replace("RUN_DIR", str(tmp_path / "run")))
-    started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "vlrl.cli", "train", str(recipe)], capture_output=True, text=True, timeout=300
     )
@@ -102,4 +100,3 @@ def test_vlrl_train_fails_on_a_refused_setting_before_ray_starts(tmp_path) -> No
     assert "Traceback" not in done.stderr
     assert "Started a local Ray instance" not in done.stderr + done.stdout
     assert not (tmp_path / "run").exists()  # nothing of the run was made
-    assert time.perf_counter() - started < 120
