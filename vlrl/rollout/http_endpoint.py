@@ -1,10 +1,18 @@
 """An engine replica behind an OpenAI-compatible HTTP server, seen as an ``Endpoint``.
 
-One ``GenerateRequest`` becomes one ``POST /v1/chat/completions``: the prompt as
-``prompt_token_ids``, each image as an ``image_url`` part in prompt order whose ``uuid`` is its
-content hash, with a lossless PNG/WebP data URL when the request carries pixels and
-``"image_url": null`` when the client's tracker says the server holds it. The wire format is
-documented in ``vlrl.rollout.server``. Answers map onto the client's contract:
+One ``GenerateRequest`` becomes one POST, in one of two token-in dialects (``Config.api``):
+
+- ``vlrl serve``: ``/v1/chat/completions`` with the prompt as ``prompt_token_ids``, each image as
+  an ``image_url`` part in prompt order whose ``uuid`` is its content hash, with a lossless
+  PNG/WebP data URL when the request carries pixels and ``"image_url": null`` when the client's
+  tracker says the server holds it (the wire format is documented in ``vlrl.rollout.server``);
+- ``vllm serve --enable-scale-out``: vLLM's own token-in route ``/inference/v1/generate``, with
+  ``token_ids`` (each image's pad run collapsed to one pad, which vLLM expands again by the
+  checkpoint's rule), the images as ``content_parts`` with the same uuids and data URLs (a null
+  URL for a held one), and vLLM's ``SamplingParams``. The expanded prompt it echoes must be
+  exactly the ids sent.
+
+Answers map onto the client's contract:
 
 - 400 naming missing images -> ``CacheMiss`` (``missing_uuids``, or vLLM's "Cache miss for image
   at index i but data is not provided." mapped back through the request's images; vLLM names only
@@ -23,9 +31,11 @@ documented in ``vlrl.rollout.server``. Answers map onto the client's contract:
 ``forget()`` does nothing: over HTTP there is no per-trajectory state to free (``vlrl serve``
 bounds its KV prefixes by LRU; vLLM's prefix cache is content-addressed).
 
-Token-in is ``vlrl serve``'s extension: vLLM's chat endpoint ignores ``prompt_token_ids`` and
-templates the messages itself. The answer's ``prompt_token_ids`` are therefore checked against
-the ids sent, and a server that did not use them is reported as such, never trusted.
+vLLM's chat endpoint ignores ``prompt_token_ids`` and templates the messages itself, which is why
+a vLLM server is spoken to through its generate route. Either way the answer's prompt ids are
+checked against the ids sent, and a server that did not use them is reported as such, never
+trusted. ``api='auto'`` picks the dialect from ``/v1/models`` (vLLM lists its models as owned by
+"vllm").
 """
 
 from __future__ import annotations
@@ -77,17 +87,25 @@ class OpenAIEndpoint:
         max_connections: Annotated[int, Gt(0)] = 256
         """Concurrent connections to the server (requests beyond wait for one)."""
 
+        api: Literal["auto", "vlrl", "vllm"] = "auto"
+        """Token-in dialect: 'vlrl' (``vlrl serve``'s chat extension), 'vllm' (``vllm serve
+        --enable-scale-out``'s ``/inference/v1/generate``), or 'auto' (from ``/v1/models``)."""
+
         name: str | None = None
         """Name in error messages and stats (None: base_url)."""
 
-        def build(self) -> OpenAIEndpoint:
-            return OpenAIEndpoint(self)
+        def build(self, *, image_token_id: int | None = None) -> OpenAIEndpoint:
+            """``image_token_id``: the checkpoint's ``<|image_pad|>`` id, which the 'vllm' dialect
+            needs to collapse each image's pad run (the Agent Loop's host passes its processor's)."""
+            return OpenAIEndpoint(self, image_token_id=image_token_id)
 
     takes_tiles = False
     """The OpenAI API takes whole images (each with its uuid, so a held one is not sent again)."""
 
-    def __init__(self, config: OpenAIEndpoint.Config) -> None:
+    def __init__(self, config: OpenAIEndpoint.Config, *, image_token_id: int | None = None) -> None:
         self._config = config
+        self._image_token_id = image_token_id
+        self._api = None if config.api == "auto" else config.api
         self._root = config.base_url.rstrip("/").removesuffix("/v1")
         self.name = config.name or self._root
         self._headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
@@ -95,6 +113,8 @@ class OpenAIEndpoint:
         self._session: aiohttp.ClientSession | None = None
 
     async def generate(self, request: GenerateRequest) -> GenerateResult | CacheMiss:
+        if (self._api or await self._dialect()) == "vllm":
+            return await self._generate_vllm(request)
         parts = await asyncio.gather(*(self._image_part(part) for part in request.images))
         sampling = request.sampling
         body = {
@@ -142,12 +162,69 @@ class OpenAIEndpoint:
         url = await asyncio.to_thread(_data_url, part.pixels, self._config.image_format)
         return {"type": "image_url", "image_url": {"url": url}, "uuid": part.content_hash}
 
+    async def _generate_vllm(self, request: GenerateRequest) -> GenerateResult | CacheMiss:
+        """One request through vLLM's ``/inference/v1/generate`` (see the module docstring)."""
+        if self._image_token_id is None and request.images:
+            raise ValueError(
+                f"{self.name}: vLLM's generate route needs the checkpoint's image_token_id to collapse the image pads;"
+                " build the endpoint with OpenAIEndpoint.Config.build(image_token_id=...)"
+            )
+        sampling = request.sampling
+        ids = request.prompt_ids if not request.images else collapse_pads(request.prompt_ids, self._image_token_id)
+        parts = await asyncio.gather(*(self._image_part(part) for part in request.images))
+        body = {
+            "model": self._model or await self._first_model(),
+            "request_id": request.request_id,
+            "token_ids": ids.tolist(),
+            "content_parts": [{"type": "image_url", "url": (p["image_url"] or {}).get("url"), "uuid": p["uuid"]} for p in parts],
+            "sampling_params": {
+                "max_tokens": sampling.max_tokens,
+                "temperature": sampling.temperature,
+                "top_p": sampling.top_p,
+                "seed": sampling.seed,
+                "stop_token_ids": list(sampling.stop_token_ids),
+                "logprobs": 0,
+            },
+            "return_token_ids": True,
+        }
+        data = await asyncio.to_thread(json.dumps, body) if request.image_bytes else json.dumps(body)
+        status, answer, later = await self._call("POST", "/inference/v1/generate", data)
+        if status == 400:
+            missing = missing_images(answer, [part.content_hash for part in request.images])
+            if missing:
+                return CacheMiss(request.request_id, missing)
+        if status != 200:
+            raise _status_error(self.name, status, answer, later)
+        try:
+            choice = answer["choices"][0]
+            reply = {
+                "choices": [{
+                    "token_ids": choice["token_ids"],
+                    "logprobs": {"content": choice["logprobs"]["content"]},
+                    "finish_reason": choice["finish_reason"],
+                }],
+                "prompt_token_ids": answer["prompt_token_ids"],
+                "usage": answer["usage"],
+            }  # fmt: skip
+        except (KeyError, IndexError, TypeError) as error:
+            raise ValueError(f"{self.name}: answer lacks {error!r}; is it vLLM's generate route?") from None
+        return self._result(request, reply)
+
+    async def _dialect(self) -> str:
+        """'vllm' when ``/v1/models`` lists vLLM as the model's owner, else 'vlrl' (``Config.api='auto'``)."""
+        listed = await self._models()
+        self._api = "vllm" if any(entry.get("owned_by") == "vllm" for entry in listed) else "vlrl"
+        return self._api
+
     async def _first_model(self) -> str:
+        self._model = (await self._models())[0]["id"]
+        return self._model
+
+    async def _models(self) -> list[dict[str, Any]]:
         status, answer, later = await self._call("GET", "/v1/models", None)
         if status != 200 or not answer.get("data"):
             raise _status_error(self.name, status, answer, later)
-        self._model = answer["data"][0]["id"]
-        return self._model
+        return answer["data"]
 
     async def _call(self, method: str, path: str, data: str | None, *, parse: bool = True) -> tuple[int, Any, bool]:
         """The status, the answer (parsed unless ``parse`` is False) and whether it asks for a retry
@@ -204,6 +281,13 @@ class OpenAIEndpoint:
             prefill_tokens=prompt_tokens - cached,
             reused_prefix_tokens=cached,
         )
+
+
+def collapse_pads(ids: np.ndarray, pad: int) -> np.ndarray:
+    """``ids`` with every run of ``pad`` cut to one: a token prompt as vLLM takes it (it expands
+    each image's pad again, by the checkpoint's rule)."""
+    run_tail = (ids[1:] == pad) & (ids[:-1] == pad)  # (T - 1,) a pad right after a pad
+    return ids[np.concatenate([[True], ~run_tail])]
 
 
 def missing_images(answer: Any, uuids: list[str]) -> tuple[str, ...]:

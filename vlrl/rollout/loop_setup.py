@@ -26,8 +26,8 @@ class LoopSetup:
     """A store client that can cross processes (RayStore or TransferQueueStore)."""
     client: InferenceClient.Config = field(default_factory=InferenceClient.Config)
     http: tuple[OpenAIEndpoint.Config, ...] = ()
-    """Replicas reached over HTTP (``vlrl serve``, or a server speaking its token-in dialect),
-    served beside (or instead of) ``engines``."""
+    """Replicas reached over HTTP (``vlrl serve``, or ``vllm serve --enable-scale-out``), served
+    beside (or instead of) ``engines``."""
 
     def __call__(self) -> dict[str, Any]:
         from transformers import AutoProcessor
@@ -36,7 +36,8 @@ class LoopSetup:
 
         processor = AutoProcessor.from_pretrained(self.model_path)
         endpoints = [RayEndpoint(engine, f"engine-{i}") for i, engine in enumerate(self.engines)]
-        endpoints += [config.build() for config in self.http]
+        pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        endpoints += [config.build(image_token_id=pad) for config in self.http]
         runtime = LoopRuntime(
             client=InferenceClient(endpoints, self.client),
             tokenizer=processor.tokenizer,

@@ -26,6 +26,7 @@ from typing import Literal
 import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from encoders.protocol import VisionEncoder
 from encoders.spec import STATE_PREFIX
@@ -34,6 +35,10 @@ from vlrl.rollout.engine.images import ProcessedImage
 from vlrl.rollout.engine.prefix import ImageSpan, KVPrefix
 from vlrl.rollout.engine.sampling import generator_for, sample
 from vlrl.rollout.protocol import SamplingParams
+
+CACHE = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+"""transformers' name for the KV cache in model calls and outputs: ``cache`` in the releases this
+project installs, ``past_key_values`` in 5.19 (what vLLM's CPU build pins, in ``.venv-vllm``)."""
 
 
 @dataclass(slots=True)
@@ -134,7 +139,7 @@ class ModelRunner:
             for row in active:
                 row.next_position += 1
             out = self.model(
-                input_ids=ids[:, None], position_ids=positions, attention_mask=mask, cache=cache, use_cache=True
+                input_ids=ids[:, None], position_ids=positions, attention_mask=mask, use_cache=True, **{CACHE: cache}
             )
             logits = out.logits[:, -1]
 
@@ -212,8 +217,8 @@ class ModelRunner:
             deepstack,
             visual,
             attention_mask=mask,
-            cache=self._prefix_cache(rows, cached),
             use_cache=True,
+            **{CACHE: self._prefix_cache(rows, cached)},
             logits_to_keep=1,
         )
         return cache, mask, logits[:, -1]
@@ -229,12 +234,12 @@ class ModelRunner:
         tokens already hold their additions in the KV cache, and decode steps have no images."""
         if not deepstack:
             out = self.model(inputs_embeds=embeds, position_ids=positions, **kwargs)
-            return out.logits, out.cache
+            return out.logits, getattr(out, CACHE)
         keep = kwargs.pop("logits_to_keep", 0)  # 0 keeps every position, as in the model's forward
         out = self.model.model.language_model(
             inputs_embeds=embeds, position_ids=positions, visual_pos_masks=visual, deepstack_visual_embeds=deepstack, **kwargs
         )
-        return self.model.lm_head(out.last_hidden_state[:, -keep:]), out.cache
+        return self.model.lm_head(out.last_hidden_state[:, -keep:]), getattr(out, CACHE)
 
     def _positions(self, prompt: np.ndarray, images: tuple[ProcessedImage, ...]) -> torch.Tensor:
         """``(3, T)`` M-RoPE ids of the whole prompt, images on their patch-rule grids."""
