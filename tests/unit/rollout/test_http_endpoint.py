@@ -106,12 +106,17 @@ def test_a_restarted_server_misses_and_the_client_resends_only_the_missing(serve
 
 
 class ScriptedServer:
-    """Answers chat requests from a script, as a vLLM server would; records what it was sent."""
+    """Answers chat (or vLLM's generate) requests from a script, as a vLLM server would; records
+    what it was sent."""
 
-    def __init__(self, answers: list) -> None:
+    def __init__(self, answers: list, owner: str = "vlrl") -> None:
         self.answers = answers
+        self.owner = owner
         self.bodies: list[dict] = []
         self.metrics = 'vllm:num_requests_running{engine="0"} 2.0\nvllm:num_requests_waiting{engine="0"} 3.0\n'
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model", "owned_by": self.owner}]})
 
     async def chat(self, request: web.Request) -> web.Response:
         self.bodies.append(await request.json())
@@ -127,6 +132,8 @@ class ScriptedServer:
     async def serve(self, test, **config):
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/inference/v1/generate", self.chat)
+        app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.prometheus)
         runner = web.AppRunner(app)
         await runner.setup()
@@ -134,7 +141,8 @@ class ScriptedServer:
         await site.start()
         port = runner.addresses[0][1]
         config = {"model": "m", "request_timeout_s": 0.3, **config}
-        endpoint = OpenAIEndpoint.Config(base_url=f"http://127.0.0.1:{port}", **config).build()
+        image_token_id = config.pop("image_token_id", None)
+        endpoint = OpenAIEndpoint.Config(base_url=f"http://127.0.0.1:{port}", **config).build(image_token_id=image_token_id)
         try:
             return await test(endpoint)
         finally:
@@ -210,6 +218,43 @@ def test_the_wire_format_and_how_vllm_style_answers_map_onto_the_client_contract
         "logprobs": True,
         "return_token_ids": True,
     }
+
+
+def test_vllm_serve_is_spoken_to_through_its_token_in_route():
+    """``vllm serve --enable-scale-out``, found by /v1/models: token ids with each image's pad run
+    collapsed to one pad, images as content_parts by uuid, vLLM's sampling parameters; the
+    expanded prompt it echoes is checked against the ids sent; its cache-miss 400 is a CacheMiss."""
+    pad = 7
+    old, new = screen(64, 48, 80), screen(64, 48, 81)
+    prompt = np.array([1, 2, pad, pad, pad, 3, pad, pad, 4], dtype=np.int32)
+    images = (ImagePart(content_hash(old), 64, 48), ImagePart(content_hash(new), 64, 48, new))
+    request = GenerateRequest("r1", "t1", prompt, images, SamplingParams(temperature=0.5, max_tokens=4, seed=3))
+    vllm_miss = {"error": {"message": "Cache miss for image at index 0 but data is not provided.", "type": "BadRequestError", "code": 400}}
+    scripted = ScriptedServer([(400, vllm_miss), (200, completion(prompt)), (200, completion([1, 2, pad, 3, pad, 4]))], owner="vllm")
+
+    async def test(endpoint):
+        assert await endpoint.generate(request) == CacheMiss("r1", (content_hash(old),))
+        result = await endpoint.generate(request)
+        assert (result.token_ids.tolist(), result.logprobs.tolist(), result.finish_reason) == ([5, 2], [-0.5, -0.5], "stop")
+        with pytest.raises(ValueError, match="did not run the prompt_token_ids sent"):  # pads not expanded back
+            await endpoint.generate(request)
+
+    asyncio.run(scripted.serve(test, image_token_id=pad))
+    body = scripted.bodies[0]
+    assert body["token_ids"] == [1, 2, pad, 3, pad, 4]
+    reference, shipped = body["content_parts"]
+    assert reference == {"type": "image_url", "url": None, "uuid": content_hash(old)}
+    assert shipped["uuid"] == content_hash(new)
+    np.testing.assert_array_equal(decode_image(base64.b64decode(shipped["url"].split(",")[1])), new)
+    assert body["sampling_params"] == {"max_tokens": 4, "temperature": 0.5, "top_p": 1.0, "seed": 3, "stop_token_ids": [], "logprobs": 0}
+    assert body["return_token_ids"] is True and body["model"] == "m"
+
+    # Without the checkpoint's image token id the pads cannot be collapsed: refused before sending.
+    async def without_pad(endpoint):
+        with pytest.raises(ValueError, match="needs the checkpoint's image_token_id"):
+            await endpoint.generate(request)
+
+    asyncio.run(ScriptedServer([], owner="vllm").serve(without_pad))
 
 
 def test_a_server_that_cannot_be_reached_is_unavailable():
