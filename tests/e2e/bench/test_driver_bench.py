@@ -1,6 +1,6 @@
 """`vlrl bench driver --json`: measured driver memory, metadata-only vs gathering ``pixel_values``.
 
-The gathering driver's bytes are derived here from ``PatchRule`` (which ``tests/mm/
+The gathering driver's bytes are derived here from ``PatchRule`` (which ``tests/unit/mm/
 test_patch_grid.py`` holds to the Qwen2-VL processor's ``pixel_values`` shape), not from the
 bench's own report.
 """
@@ -24,7 +24,7 @@ def pixel_values_mib_per_sequence() -> float:
 
 
 @pytest.fixture(scope="module")
-def result() -> dict:
+def result(ray_session) -> dict:
     return run_bench("driver", size="smoke")
 
 

@@ -1,14 +1,14 @@
-"""`vlrl bench pool --json` end to end, in its own process and Ray."""
+"""`vlrl bench pool --json` end to end, in its own process and Ray: it counts Ray's own processes and
+the GCS's descriptors, which the session's Ray (shared with other tests) would blur."""
 
 from __future__ import annotations
 
-
-from tests.helpers.run_bench import run_bench
+from tests.helpers.run_bench import run_bench_alone
 from vlrl.bench.curves import curves_of
 
 
 def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_the_baselines_measured_apart_from_start_up():
-    result = run_bench("pool", size="smoke")
+    result = run_bench_alone("pool", size="smoke")
     n = result["workload"]["episodes"]
     assert result["actors_pool"] == result["pool_8x"]["actors"] == 4
     assert result["pool"]["processes"] == result["pool_8x"]["processes"] == 4

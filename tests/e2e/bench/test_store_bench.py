@@ -1,15 +1,12 @@
-"""`vlrl bench store --json` end to end, in its own process with its own Ray and TransferQueue."""
+"""`vlrl bench store --json` end to end, in this process on the session's Ray, with its own
+TransferQueue. That ``vlrl bench --list`` names it is tests/integration/bench/test_store_bench.py."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
-
 
 from tests.helpers.run_bench import run_bench
 
 
-def test_store_bench_prints_every_backend_and_the_ratios_as_last_json_line():
+def test_store_bench_prints_every_backend_and_the_ratios_as_last_json_line(ray_session):
     result = run_bench("store", size="smoke")
     assert set(result["backends"]) == {"local", "ray", "transferqueue"}
     for name, figures in result["backends"].items():
@@ -17,9 +14,3 @@ def test_store_bench_prints_every_backend_and_the_ratios_as_last_json_line():
         assert figures["projection_ratio"] < 0.001, name
         assert figures["range_ratio"] <= figures["projection_ratio"] / 2, name
         assert figures["range_over_field"] <= 0.5, name
-
-
-def test_bench_list_names_the_store_benchmark():
-    done = subprocess.run([sys.executable, "-m", "vlrl.cli", "bench", "--list"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("store ")

@@ -4,8 +4,7 @@ stored, and later turns writing and shipping only the tiles that changed."""
 from __future__ import annotations
 
 
-
-def test_vlrl_bench_tiles_reports_each_trajectory_kind():
+def test_vlrl_bench_tiles_reports_each_trajectory_kind(ray_session):
     from tests.helpers.run_bench import run_bench
 
     result = run_bench("tiles")

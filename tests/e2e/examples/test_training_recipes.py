@@ -7,10 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from vlrl.config import load_recipe
-from vlrl.harness.registry import resolve
 from vlrl.job.metrics_log import read_metrics
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -50,17 +47,6 @@ def test_desktop_form_trains_on_multi_turn_typing_demonstrations_with_step_credi
     assert len(grouped) == 2 and all(0 < g <= 1 for g in grouped)
 
 
-@pytest.mark.parametrize("spec", ["recipe", "step_credit", "replay", "long_warm_start", "small"])
-def test_the_select_menu_recipes_load_and_differ_in_step_credit_replay_or_warm_start(spec):
-    config = load_recipe(f"{EXAMPLES / 'train_select_menu.py'}:{spec}")
-    assert config.sources[0].env.tasks == ["select-menu"]
-    assert (config.warm_start.episodes, config.warm_start.steps) == {
-        "long_warm_start": (4096, 1000), "small": (8, 2)}.get(spec, (512, 250))  # fmt: skip
-    assert (config.driver.hook.step_credit is None) == (spec in ("recipe", "replay", "long_warm_start"))
-    assert (config.sources[0].replay is None) == (spec != "replay")
-    assert (config.loss.tis_cap is None) == (spec != "replay")
-
-
 def test_web_app_trains_on_browser_rollouts(ray_session, tmp_path):
     summary, records = _run_small("train_web_app.py", tmp_path / "web")
     demos = _demonstrations(records)
@@ -84,17 +70,3 @@ def test_xdesktop_trains_on_real_desktop_rollouts(ray_session, tmp_path):
     episodes, turns = _rollouts(records, "xdesktop")
     assert episodes >= 4 and turns >= 1  # 2 steps of 2 groups of 2
     assert summary["store_keys_left"] == 0
-
-
-def test_the_xdesktop_suite_evaluates_every_family_as_its_own_source():
-    from harnesses.xdesktop.tasks import FAMILIES
-
-    config = load_recipe(str(EXAMPLES / "train_xdesktop.py:suite"), [])
-    assert [s.env.tasks for s in config.sources] == [[f] for f in FAMILIES] and config.steps == 0
-
-
-@pytest.mark.parametrize("spec", ["train_web_app.py:mail", "train_miniwob.py:every_task"])
-def test_the_variants_draw_several_tasks_the_harness_offers(spec):
-    (source,) = load_recipe(str(EXAMPLES / spec), []).sources
-    offered = resolve(source.codebase).tasks  # miniwob: the tasks with an oracle
-    assert len(source.env.tasks) > 1 and set(source.env.tasks) <= set(offered)
