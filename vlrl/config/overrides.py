@@ -102,7 +102,8 @@ def _descend(node: Any, part: str, path: str, node_type: Any) -> tuple[Any, str,
         _, value_type = _key_and_value_types(node_type)
         matches = [k for k in node if str(k) == name]
         if not matches:
-            raise ConfigError(join_path(path, name), name, f"a key of {path}: {', '.join(map(str, node))}", got=f"unknown key {name!r}")
+            keys = ", ".join(map(str, node))
+            raise ConfigError(join_path(path, name), name, f"a key of {path}: {keys}", got=f"unknown key {name!r}")
         return node[matches[0]], f"{path}[{matches[0]!r}]", value_type
     tp = _field_type(node, name, path)
     node, path = getattr(node, name), join_path(path, name)
@@ -118,14 +119,22 @@ def _descend(node: Any, part: str, path: str, node_type: Any) -> tuple[Any, str,
 
 def _item_type(tp: Any) -> Any:
     """The declared type of an item of the list type ``tp`` (``Any`` when it does not say)."""
-    args = get_args(union_members(tp)[0])
+    args = _container_args(tp, (list, tuple))
     return split_annotated(args[0])[0] if args else Any
 
 
 def _key_and_value_types(tp: Any) -> tuple[Any, Any]:
-    """The key and value types of the dict type ``tp`` (the first member of a union)."""
-    args = get_args(union_members(tp)[0])
+    """The key and value types of the dict type ``tp`` (``str`` and ``Any`` when it does not say)."""
+    args = _container_args(tp, (dict,))
     return (args[0], args[1]) if len(args) == 2 else (str, Any)
+
+
+def _container_args(tp: Any, kinds: tuple[type, ...]) -> tuple[Any, ...]:
+    """The type arguments of the member of ``tp`` (a union, or one type) that is one of ``kinds``."""
+    for member in union_members(tp):
+        if (get_origin(member) or member) in kinds:
+            return get_args(member)
+    return ()
 
 
 def _field_type(node: Any, name: str, path: str) -> Any:
