@@ -7,10 +7,12 @@
     vlrl train examples/train_click_vllm.py:gpu --set ray.address=auto --set replicas=4
 
 Everything but the engine is ``train_click.py``'s recipe: each engine replica is a
-``VLLMEngine`` (float32 on CPU, so its logprobs are the trainer's to about 1e-5; bfloat16 on a
+``VLLMEngine`` (float32 on CPU, so its logprobs are the trainer's to about 1e-6; bfloat16 on a
 GPU), and weights still go trainer -> engines through the Ray object store after every step;
 each replica stages them in ``/dev/shm`` for its vLLM workers, which reload them in place.
 On GPU nodes the trainer's rank takes a GPU of its own, so that run needs ``replicas + 1`` GPUs.
+On CPU the tiny policy is built with heads of 32 dimensions (``tiny.head_dim``), the smallest
+vLLM's CPU attention takes; the main job's default of 16 learns better (``docs/vllm.md``).
 """
 
 from pathlib import Path
@@ -36,19 +38,31 @@ def cpu_engine() -> VLLMEngine.Config:
     )
 
 
-def recipe() -> TrainJob.Config:
-    """``train_click.py:recipe`` with a vLLM replica on CPU in place of the embedded engine."""
-    config = load_recipe(f"{MAIN_JOB}:recipe")
-    config.run_dir = "runs/train_click_vllm"
+def on_cpu_vllm(config: TrainJob.Config, run_dir: str) -> TrainJob.Config:
+    """``config`` with a vLLM replica on CPU in place of the embedded engine, the tiny policy
+    built with heads vLLM's CPU attention takes."""
+    config.run_dir = run_dir
     config.engine = cpu_engine()
+    config.tiny.head_dim = 32
     return config
 
 
+def recipe() -> TrainJob.Config:
+    """``train_click.py:recipe`` on a vLLM replica on CPU."""
+    return on_cpu_vllm(load_recipe(f"{MAIN_JOB}:recipe"), "runs/train_click_vllm")
+
+
 def small() -> TrainJob.Config:
-    """``train_click.py:small`` (2 warm-start steps, 2 RL steps) on the vLLM replica."""
-    config = load_recipe(f"{MAIN_JOB}:small")
-    config.run_dir = "runs/train_click_vllm_small"
-    config.engine = cpu_engine()
+    """``train_click.py:small`` (2 warm-start steps, 2 RL steps) on a vLLM replica on CPU."""
+    return on_cpu_vllm(load_recipe(f"{MAIN_JOB}:small"), "runs/train_click_vllm_small")
+
+
+def embedded_head_dim_32() -> TrainJob.Config:
+    """``train_click.py:recipe`` on the embedded engine with the same tiny build as ``recipe``:
+    the engine comparison on the same seeds, with nothing else changed."""
+    config = load_recipe(f"{MAIN_JOB}:recipe")
+    config.run_dir = "runs/train_click_hd32"
+    config.tiny.head_dim = 32
     return config
 
 

@@ -16,6 +16,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+VLLM_HEAD_DIM = 32
+"""Head size of the tiny builds served here: the smallest vLLM's CPU attention takes."""
 
 
 def cpu_engine(**overrides):

