@@ -250,7 +250,7 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a config field by its dotted path (repeatable): optim.lr=1e-4 and steps=40 (train), "
-        "sources[0].env.tasks=[click-target], sources[0].env.params.jitter=0, store=RayStore to pick that config; "
+        "sources[0].env.tasks=[click-target], sources[0].env.params.distractors=2, store=RayStore to pick that config; "
         "--print-config lists every path",
     )
     parser.add_argument(

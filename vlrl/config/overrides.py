@@ -9,7 +9,7 @@ config, or a union of configs, takes the name of the config to use (``store=RayS
 (``store.namespace=eval``). Selecting the config that is already there keeps its values.
 Configs inside a list are reached by index (``sources[0].weight=2``); a list itself is set
 whole. A key of a dict field is reached as one more dotted name
-(``sources[0].env.params.jitter=0``), its value parsed by the dict's value type: where that
+(``sources[0].env.params.distractors=2``), its value parsed by the dict's value type: where that
 allows several (``int | float | str | bool``), an integer, a number, ``true``/``false``, else the
 word as written.
 
