@@ -15,7 +15,10 @@ from vlrl.cli import main
 from vlrl.config import load_recipe
 
 ROOT = Path(__file__).resolve().parents[3]
-DOCS = ["README.md", "examples/README.md", "docs/quickstart.md", "docs/training.md", "docs/lab/training-runs.md", "docs/cluster.md"]
+DOCS = [
+    "README.md", "examples/README.md", "docs/quickstart.md", "docs/training.md", "docs/lab/training-runs.md", "docs/cluster.md",
+    "docs/vllm.md",
+]
 _COMMAND = re.compile(r"vlrl train (examples/\S+\.py(?::\w+)?)([^`|\n#]*)")
 
 
