@@ -28,8 +28,8 @@ A = DataSource(name="a", codebase="light", group_size=4, batch_share=3.0, env=En
 B = DataSource(name="b", codebase="light-other", group_size=2, batch_share=1.0, env=EnvSettings(params={"step_s": 0.01}))
 
 
-@pytest.fixture()
-def parts(ray_session):
+def built_parts():
+    """A Ray store and a pool of light-harness hosts writing to it; both ended after the yield."""
     store = RayStore.Config(namespace=uuid.uuid4().hex[:8]).build()
     pool = HarnessPool.Config(
         budget=HostBudget(total_hosts=3, shares={"loop": 1, "light": 1, "light-other": 1}),
@@ -39,6 +39,13 @@ def parts(ray_session):
     yield pool, store
     pool.shutdown()
     store.destroy()
+
+
+@pytest.fixture(scope="module")
+def parts(ray_session):
+    """One pool and store for the module: each test closes its driver and most check that no key
+    is left, so a test starts on an empty store without a pool of its own (three hosts' actors)."""
+    yield from built_parts()
 
 
 def _factory(version: int = 0):

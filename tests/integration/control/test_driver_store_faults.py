@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from tests.helpers.stored_trajectory import StoredTrajectory
-from tests.integration.control.test_driver import A, _balanced, one_batch, parts  # noqa: F401  (the fixture)
+from tests.integration.control.test_driver import A, _balanced, built_parts, one_batch
 from tests.integration.store.test_faults import restart_shards
 from vlrl.control.driver import Driver, DriverStalled
 from vlrl.store import StoreTimeoutError
@@ -32,11 +32,17 @@ class FailingGets(RayStore):
         return super().get(keys, fields)
 
 
+@pytest.fixture()
+def parts(ray_session):
+    """A pool and store per test: these tests kill and restart the store's shards."""
+    yield from built_parts()
+
+
 def _mixed(source, seed, group_id, index):
     return StoredTrajectory(source, seed, group_id, index, always_mixed=True)
 
 
-def test_a_transient_store_error_in_the_hook_is_retried_and_the_group_accepted(parts):  # noqa: F811
+def test_a_transient_store_error_in_the_hook_is_retried_and_the_group_accepted(parts):
     pool, store = parts
     flaky = FailingGets(store, failures=2)
     driver = Driver(Driver.Config(groups_per_batch=1, hook_retry_s=0.01), [A], pool, flaky, tenant_factory=_mixed)
@@ -47,7 +53,7 @@ def test_a_transient_store_error_in_the_hook_is_retried_and_the_group_accepted(p
     assert store.stats().keys == 0
 
 
-def test_a_store_that_keeps_failing_the_hook_fails_groups_not_the_driver(parts):  # noqa: F811
+def test_a_store_that_keeps_failing_the_hook_fails_groups_not_the_driver(parts):
     pool, store = parts
     broken = FailingGets(store, failures=10**9)
     config = Driver.Config(groups_per_batch=1, hook_retries=2, hook_retry_s=0.01, stall_groups=3)
@@ -65,7 +71,7 @@ def test_a_store_that_keeps_failing_the_hook_fails_groups_not_the_driver(parts):
     assert store.stats().keys == 0  # the failed groups' sequences and images were deleted
 
 
-def test_dead_shards_fail_their_groups_and_the_driver_goes_on(parts):  # noqa: F811
+def test_dead_shards_fail_their_groups_and_the_driver_goes_on(parts):
     pool, store = parts
     config = Driver.Config(groups_per_batch=1, hook_retry_s=0.01, stall_groups=4)
     driver = Driver(config, [A], pool, store, tenant_factory=_mixed)
@@ -87,7 +93,7 @@ def _restart_every_shard(store: RayStore) -> None:
     restart_shards(store, list(range(len(store._shards._shards))))
 
 
-def test_groups_a_restarted_shard_lost_fail_before_training_and_the_run_goes_on(parts):  # noqa: F811
+def test_groups_a_restarted_shard_lost_fail_before_training_and_the_run_goes_on(parts):
     pool, store = parts
     config = Driver.Config(groups_per_batch=1, prefetch_batches=2, hook_retry_s=0.01)
     driver = Driver(config, [A], pool, store, tenant_factory=_mixed)
@@ -128,7 +134,7 @@ class FailingSecondAdvantage(RayStore):
         return super().add_fields(key, fields)
 
 
-def test_a_hook_retry_after_a_partial_write_completes_the_group(parts):  # noqa: F811
+def test_a_hook_retry_after_a_partial_write_completes_the_group(parts):
     pool, store = parts
     flaky = FailingSecondAdvantage(store)
     config = Driver.Config(groups_per_batch=1, prefetch_batches=0, max_groups_in_flight=1, hook_retry_s=0.01)
@@ -149,7 +155,7 @@ def test_a_hook_retry_after_a_partial_write_completes_the_group(parts):  # noqa:
     assert store.stats().keys == 0
 
 
-def test_a_batch_the_trainer_could_not_read_is_requeued_and_refilled(parts):  # noqa: F811
+def test_a_batch_the_trainer_could_not_read_is_requeued_and_refilled(parts):
     pool, store = parts
     driver = Driver(Driver.Config(groups_per_batch=1, hook_retry_s=0.01), [A], pool, store, tenant_factory=_mixed)
 
