@@ -4,17 +4,20 @@ transformers class, detected back, and their token counts follow the processor's
 from __future__ import annotations
 
 import filecmp
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from transformers import AutoProcessor
 
+from vlrl.config import load_recipe
 from vlrl.mm import PatchRule, patch_rule_of
 from vlrl.models import SPECIAL_TOKENS, build_tiny, family, family_of
 
 FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 PATCH = {"qwen2_vl": 14, "qwen2_5_vl": 14, "qwen3_vl": 16}
+TRAIN_CLICK = Path(__file__).resolve().parents[3] / "examples" / "train_click.py"
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -116,3 +119,12 @@ def test_words_must_be_letters():
 
     with pytest.raises(ConfigError, match="words"):
         TinyModel(words=("mail.io",)).check()
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_recipes_tiny_family_is_the_family_the_job_trains(name, tmp_path):
+    """``tiny.family`` on ``train_click:small`` builds that family's folder, whose family the job's
+    summary reports (``model_family``). A whole run per family is tests/e2e/job/test_families_train.py,
+    which keeps runs only where the job's path differs (Qwen3-VL; a transformers-built folder)."""
+    config = load_recipe(f"{TRAIN_CLICK}:small", [f"tiny.family={name}"])
+    assert family_of(config.tiny.build(tmp_path / "model")).name == name
