@@ -34,16 +34,43 @@ class Engines:
     version = 0
 
 
+class Store(LocalStore):
+    """The run's store, counting the driver's deletions: the first is the first batch consumed."""
+
+    def __init__(self) -> None:
+        super().__init__(image_tile_px=None)
+        self.deletions = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    def delete(self, keys: Any, **kwargs: Any) -> None:
+        super().delete(keys, **kwargs)
+        self.deletions += 1
+        for n, waiter in self._waiters:
+            if n <= self.deletions and not waiter.done():
+                waiter.set_result(None)
+
+    async def deleted(self, n: int) -> None:
+        """Return once ``n`` deletions happened (on the event loop: no clock involved)."""
+        if self.deletions < n:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append((n, waiter))
+            await waiter
+
+
 class EpisodePool:
     """Plays each episode by writing its payload to the store (sample 0 succeeds, 1 fails: every
-    group is mixed and accepted), stamped with the version the engines serve."""
+    group is mixed and accepted), stamped with the version the engines serve when it finishes.
+    Rollouts are slower than training: the groups of batch ``b`` (task seeds ``2b``, ``2b + 1``),
+    launched ahead while batch ``b - 1`` trains, finish only once batch ``b - 1`` is consumed. So
+    nothing finishes while the trainer works, and the steps are the same on every machine."""
 
-    def __init__(self, store: LocalStore, engines: Engines) -> None:
+    def __init__(self, store: Store, engines: Engines) -> None:
         self.store, self.engines = store, engines
 
     async def run(self, tenant: tuple[int, str, int], *, tenant_id: str, **_: Any) -> TenantOutcome:
         seed, group_id, index = tenant
         await asyncio.sleep(0)  # an episode takes a turn of the event loop
+        await self.store.deleted(seed // 2)
         key = f"seq/{group_id}/{index}"
         self.store.put(key, {
             "token_ids": np.arange(TOKENS, dtype=np.int32),
@@ -76,15 +103,15 @@ class Session:
     """What the step and the job read of a ``JobSession``."""
 
     def __init__(self) -> None:
-        self.store = LocalStore(image_tile_px=None)
+        self.store = Store()
         self.engines = Engines()
         self.calls: list[Any] = []
         self.meter = SimpleNamespace(take=dict)
-        self.log = SimpleNamespace(log=lambda *args: None)
+        self.records: list[dict[str, Any]] = []
+        self.log = SimpleNamespace(log=lambda step, phase, record: self.records.append(record))
         self.progress = SimpleNamespace(advance=lambda **kwargs: None)
 
     async def push_weights(self, group: RecordingTrainer, version: int) -> None:
-        await asyncio.sleep(0)
         left = sum(self.store.contains([key for _, keys, _ in self.calls[-1:] for key in keys]))
         self.calls.append(("push", version, f"{left} trained keys left"))
         self.engines.version = version
@@ -156,7 +183,8 @@ def test_the_chaos_bench_runs_the_jobs_step():
 
 def test_a_held_push_makes_the_next_batch_one_version_stale():
     """``hold_push``: the push waits for the next batch, so all of it was sampled by the version
-    the step trained from (what ``vlrl bench async`` at smoke size checks, on any machine)."""
+    the step trained from (what ``vlrl bench async`` at smoke size checks, on any machine). The
+    episodes here take the version the engines serve when they finish."""
     s, driver, trainer = parts()
 
     async def main() -> Any:
@@ -167,3 +195,20 @@ def test_a_held_push_makes_the_next_batch_one_version_stale():
 
     batch = asyncio.run(main())
     assert staleness_histogram(batch, 1) == {1: 2 * 2 * (TOKENS - PROMPT)}  # 2 groups of 2, all sampled by version 0
+
+
+def test_the_job_holds_only_its_first_push_when_asked():
+    """``TrainJob(hold_first_push=True)``, as ``vlrl bench async`` at smoke size runs it: the
+    second step's logged staleness is all one version (the figure the bench reads)."""
+    s, driver, trainer = parts()
+    job = TrainJob(SimpleNamespace(eval=SimpleNamespace(every=0), steps=2), hold_first_push=True)
+
+    async def main() -> None:
+        state = RunState()
+        for _ in range(2):
+            await job._rl_step(s, state, driver, trainer)
+        await driver.close()
+
+    asyncio.run(main())
+    lags = [{k: v for k, v in record.items() if k.startswith("batch/tokens_lag")} for record in s.records]
+    assert lags[1] == {"batch/tokens_lag1": 2 * 2 * (TOKENS - PROMPT)}
