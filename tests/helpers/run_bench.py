@@ -3,7 +3,7 @@ alone in a process with its own Ray; either way the JSON line the command prints
 
 In process is the default: a benchmark starts Ray only when none is up, so on the session's Ray
 (``ray_session``) it skips the ~10 s start and the ~1.3 GB a Ray of its own costs. A benchmark
-whose figures a shared Ray would disturb runs alone."""
+whose figures a shared Ray would disturb (pool), or that its test says why, runs alone."""
 
 from __future__ import annotations
 
