@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from tests.integration.pool.test_harness_pool import _pool
 from tests.unit.rollout.test_trajectory import RULE, _image, _result
 from vlrl.mm import delete_sequences
