@@ -175,7 +175,11 @@ def test_while_waiting_a_line_is_printed_every_interval():
     async def main() -> None:
         async with progress:
             progress.phase("rl", total=2)
-            await asyncio.sleep(0.1)
+            # wait for three lines (a bound, not a race: a loaded machine only makes it slower)
+            deadline = asyncio.get_running_loop().time() + 60
+            while len(stream.getvalue().splitlines()) < 3:
+                assert asyncio.get_running_loop().time() < deadline, stream.getvalue()
+                await asyncio.sleep(0.01)
 
     asyncio.run(main())
     lines = stream.getvalue().splitlines()
