@@ -27,10 +27,10 @@ model keeps the config's vocabulary, so text ids span the real 151k rows), then:
       ``zero_grad``).
 
 (b) **vLLM** (unless ``--skip-vllm``): one ``VLLMEngine`` replica serves the checkpoint; as
-    ``check_vllm_engine.py`` does for a tiny Qwen2-VL (its helpers are reused): vLLM rebuilt the
-    prompt ids, generate and score logprobs match an fp32 Hugging Face forward (``--tol``), a cache
-    miss for an image never sent, and ``update_weights`` (LM head and the tower's merger perturbed)
-    reaches the engine under a new policy version. Each line PASS or FAIL; exit code 1 if any failed.
+    ``scripts/vllm/check_vllm_engine.py`` does for a tiny build (its helpers are reused): vLLM
+    rebuilt the prompt ids, generate and score logprobs match an fp32 Hugging Face forward
+    (``--tol``), a cache miss for an image never sent, and ``update_weights`` (LM head and the
+    tower's merger perturbed) reaches the engine under a new policy version. Each line PASS or FAIL; exit code 1 if any failed.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # check_vllm_engine's helpers, for (b)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))  # check_vllm_engine's helpers, for (b)
 
 GIB = 2**30
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4}

@@ -1,8 +1,8 @@
 """The vLLM engine without vLLM: its translations, its config, its actor loop on a stand-in engine,
 the recipe that selects it, and the clear failure where vLLM is not installed.
 
-What only a GPU with vLLM can show (vLLM's own expansion, logprobs and weight loading against a
-Hugging Face forward) is ``scripts/gpu/check_vllm_engine.py``.
+What only vLLM itself can show (its own expansion, logprobs and weight loading against a Hugging
+Face forward) is in the vLLM lane (``tests/vllm/``) and ``scripts/vllm/check_vllm_engine.py``.
 """
 
 from __future__ import annotations
