@@ -113,6 +113,9 @@ class ScriptedServer:
         self.answers = answers
         self.owner = owner
         self.bodies: list[dict] = []
+        self.released: asyncio.Event | None = None
+        """A ``("hang", None)`` answer waits for it: set when the server stops, long after the
+        client's timeout (no race between a sleep and that timeout)."""
         self.metrics = 'vllm:num_requests_running{engine="0"} 2.0\nvllm:num_requests_waiting{engine="0"} 3.0\n'
 
     async def models(self, request: web.Request) -> web.Response:
@@ -121,8 +124,8 @@ class ScriptedServer:
     async def chat(self, request: web.Request) -> web.Response:
         self.bodies.append(await request.json())
         status, body = self.answers.pop(0)
-        if status == "sleep":
-            await asyncio.sleep(body)
+        if status == "hang":
+            await self.released.wait()
             return web.json_response({})
         return web.json_response(body, status=status)
 
@@ -140,12 +143,14 @@ class ScriptedServer:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = runner.addresses[0][1]
-        config = {"model": "m", "request_timeout_s": 0.3, **config}
+        self.released = asyncio.Event()
+        config = {"model": "m", "request_timeout_s": 5.0, **config}  # ample for a local answer on a loaded machine
         image_token_id = config.pop("image_token_id", None)
         endpoint = OpenAIEndpoint.Config(base_url=f"http://127.0.0.1:{port}", **config).build(image_token_id=image_token_id)
         try:
             return await test(endpoint)
         finally:
+            self.released.set()
             await endpoint.close()
             await runner.cleanup()
 
@@ -178,7 +183,7 @@ def test_the_wire_format_and_how_vllm_style_answers_map_onto_the_client_contract
             (200, completion([1, 2, 3])),  # a server that templated its own prompt
             (503, {"error": {"message": "overloaded"}}),
             (429, {"error": {"message": "slow down"}}),
-            ("sleep", 1.0),
+            ("hang", None),
             (400, {"error": {"message": "max_tokens: too many", "type": "BadRequestError", "code": 400}}),
         ]
     )
