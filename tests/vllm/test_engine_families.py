@@ -12,6 +12,7 @@ by one ``CacheMiss`` naming it, and the client's one resend then gets the answer
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -25,11 +26,13 @@ from vlrl.models.registry import family as model_family
 from vlrl.rollout.chat import ChatFormat, ChatTurn
 from vlrl.rollout.client import ContextImage, InferenceClient
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, ImagePart, SamplingParams, ScoreResult
+from vlrl.rollout.engine.weights_keeper import weights_keeper
 from vlrl.rollout.ray_endpoint import RayEndpoint
 from vlrl.rollout.trajectory import Trajectory
 from vlrl.store import LocalStore
 
 ATOL = 1e-4
+GREEDY = SamplingParams(temperature=0.0, max_tokens=4)
 SCREEN = (240, 320)
 SCREEN_BYTES = SCREEN[0] * SCREEN[1] * 3
 
@@ -139,3 +142,32 @@ def test_an_image_the_replica_does_not_hold_costs_one_resend(ray_session, served
     assert len(result.token_ids) > 0
     assert ray_session.get(engine.stats.remote())["cache_miss_replies"] - before == 1
     assert client.stats.cache_misses == 1
+
+
+def test_a_restarted_replica_serves_the_latest_push(ray_session, served):
+    """A crash after a push: Ray restarts the replica, which loads the push from its keeper before
+    serving, so it answers under the pushed version with the pushed weights' logprobs."""
+    name, path, newer, processor, engine = served
+    if name != FAMILIES[0]:
+        pytest.skip("one family shows the restart (an engine start costs about a minute)")
+    chat = ChatFormat(processor.tokenizer, patch_rule_of(processor), "gui-agent", "Answer with one action.")
+    shot = gui_screens(1, seed=11)[0]
+    ids = np.asarray(chat.context([ChatTurn("Click OK.", SCREEN[::-1])]).ids, np.int32)
+    request = GenerateRequest("r", "r", ids, (ImagePart(shot.content_hash, shot.width, shot.height, shot.pixels),), GREEDY)
+    pushed = load(name, newer).state_dict()
+    version = ray_session.get(engine.policy_version.remote()) + 1
+    ray_session.get(weights_keeper(engine).keep.remote([ray_session.put(pushed)], version))  # as TrainerGroup.push_weights does
+    ray_session.get(engine.update_weights.remote(pushed, version))
+    before = ray_session.get(engine.generate.remote(request))
+    ray_session.kill(engine, no_restart=False)  # the replica crashes; Ray starts it again
+    deadline = time.monotonic() + 600
+    while True:  # calls fail as "unavailable" until the new process is up (the client retries them)
+        try:
+            after = ray_session.get(engine.generate.remote(request), timeout=600)
+            break
+        except (ray_session.exceptions.ActorUnavailableError, ray_session.exceptions.RayActorError):
+            assert time.monotonic() < deadline, "the replica did not come back in 600 s"
+            time.sleep(2)
+    assert (before.policy_version, after.policy_version) == (version, version)
+    assert after.token_ids.tolist() == before.token_ids.tolist()
+    np.testing.assert_allclose(after.logprobs, before.logprobs, atol=ATOL)

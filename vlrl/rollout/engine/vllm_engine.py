@@ -229,7 +229,7 @@ class VLLMEngine:
         self._turn = asyncio.Condition()
         self._update_lock = asyncio.Lock()
         self._keeper_name = keeper_name
-        self._restored = False
+        self._restored: int | None = None  # the version loaded from the keeper, once looked at (0: nothing there)
         self._counts = dict.fromkeys(
             ("requests", "scores", "cache_miss_replies", "image_cache_hits", "image_cache_misses",
              "image_bytes_received", "prefill_tokens", "reused_prefix_tokens", "generated_tokens", "weight_updates", "weight_pause_s"),
@@ -261,6 +261,8 @@ class VLLMEngine:
         """Load new weights once the requests running on the old ones finish; returns once requests
         of ``version`` can run."""
         await self._restore()
+        if version == self._restored:  # a push that reached the keeper before this replica read it
+            return
         async with self._update_lock:
             if version <= self._version:
                 raise ValueError(f"update_weights: version={version}; expected more than the latest, {self._version}")
@@ -302,16 +304,16 @@ class VLLMEngine:
     async def _restore(self) -> None:
         """Load the keeper's latest push once, before anything is served: a restarted replica then
         serves the policy version the job is at, not the checkpoint's (version 0)."""
-        if self._restored or self._keeper_name is None:
+        if self._restored is not None or self._keeper_name is None:
             return
         async with self._update_lock:
-            if self._restored:
+            if self._restored is not None:
                 return
             weights, version = await asyncio.to_thread(latest_weights, self._keeper_name)
             if weights is not None and version > self._version:
                 await self._load(checkpoint_weights(weights, self._dtype))
                 self._version = version
-            self._restored = True
+            self._restored = self._version
 
     # -- one request: admission (ids, images), the update gate, vLLM, the result
 
