@@ -44,6 +44,9 @@ def on_cpu_vllm(config: TrainJob.Config, run_dir: str) -> TrainJob.Config:
     config.run_dir = run_dir
     config.engine = cpu_engine()
     config.tiny.head_dim = 32
+    # A replica that crashes comes back in about a minute (vLLM's start): enough retries to wait
+    # for it (backoff 0.2 s doubling to 5 s: about 2 minutes) instead of failing every rollout.
+    config.client.retries = 30
     return config
 
 

@@ -25,7 +25,7 @@ def cpu_engine(**overrides):
     from vlrl.rollout.engine import VLLMEngine
 
     settings = dict(
-        gpus=0, cpus=0, dtype="float32", max_model_len=2048, max_num_seqs=4, max_images_per_prompt=4,
+        gpus=0, cpus=0, dtype="float32", max_model_len=2048, max_num_seqs=32, max_images_per_prompt=4,
         enforce_eager=True, max_concurrency=64,
     )  # fmt: skip
     return VLLMEngine.Config(**{**settings, **overrides})

@@ -244,6 +244,9 @@ def test_config_defaults_validate_and_engine_args_are_fixed_where_rl_needs_them(
     assert getattr(importlib.import_module(module), name) is WeightLoader
     tp2 = validate(VLLMEngine.Config(tensor_parallel_size=2, gpus=2))
     assert engine_args(tp2, model_path="ckpt")["distributed_executor_backend"] == "mp"
+    cpu = engine_args(validate(VLLMEngine.Config(gpus=0, max_model_len=2048)), model_path="ckpt")
+    assert (cpu["enable_chunked_prefill"], cpu["max_num_batched_tokens"]) == (False, 4096)  # whole prompts on CPU
+    assert "enable_chunked_prefill" not in args  # a GPU engine keeps vLLM's chunked prefill
     assert config.encoder is None
 
 

@@ -413,7 +413,8 @@ def engine_args(config: VLLMEngine.Config, *, model_path: str) -> dict[str, Any]
     sampling defaults instead of the checkpoint's ``generation_config`` (each request says how to
     sample); the worker extension that loads pushed weights; vLLM's workers as subprocesses of
     this actor, on the GPUs it reserved (a Ray executor would ask Ray for GPUs the actor holds).
-    On CPU, vLLM ignores ``gpu_memory_utilization`` (``cpu_kv_cache_gib`` sizes the KV cache).
+    On CPU, vLLM ignores ``gpu_memory_utilization`` (``cpu_kv_cache_gib`` sizes the KV cache) and
+    prompts are prefilled whole (``cpu_scheduling``).
     """
     return {
         "model": model_path,
@@ -431,4 +432,17 @@ def engine_args(config: VLLMEngine.Config, *, model_path: str) -> dict[str, Any]
         "generation_config": "vllm",
         "worker_extension_cls": WORKER_EXTENSION,
         "disable_log_stats": True,
+        **(cpu_scheduling(config) if config.gpus == 0 else {}),
+    }
+
+
+def cpu_scheduling(config: VLLMEngine.Config) -> dict[str, Any]:
+    """Whole-prompt prefills on CPU. A prompt prefilled in parts leaves a sampled token to
+    discard, and vLLM's CPU worker then rewinds the request's seeded generator with
+    ``Generator.set_offset``, which CPU generators do not have: the engine core dies ("CPU
+    Generator does not use offset"; seen in a 50-step run of the main job). Without chunked
+    prefill, each step's token budget must hold the longest prompt."""
+    return {
+        "enable_chunked_prefill": False,
+        "max_num_batched_tokens": max(config.max_model_len, 4096) if config.max_model_len else None,
     }
