@@ -13,6 +13,7 @@ import torch
 from transformers import Qwen2VLForConditionalGeneration
 
 from vlrl.mm import content_hash
+from vlrl.rollout.client import ContextImage
 from vlrl.rollout.engine import EmbeddedEngine, EngineCore
 from vlrl.rollout.protocol import GenerateRequest, ImagePart, SamplingParams
 
@@ -27,6 +28,18 @@ def screen(width: int, height: int, seed: int) -> np.ndarray:
     pixels[height // 4 : height // 2, width // 4 : width // 2] = rng.integers(0, 256, 3)
     pixels ^= rng.integers(0, 32, pixels.shape, dtype=np.uint8)
     return pixels
+
+
+def gui_screens(n: int, seed: int = 2) -> list[ContextImage]:
+    """Screens as a GUI's are (320x240): one base, each turn changing one small region of the last."""
+    rng = np.random.default_rng(seed)
+    pixels = np.repeat(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8), 8, axis=0).repeat(8, axis=1)
+    screens = []
+    for turn in range(n):
+        pixels = pixels.copy()
+        pixels[100 : 100 + 12, 40 + 10 * turn : 48 + 10 * turn] = 255 - 20 * turn
+        screens.append(ContextImage.of(pixels))
+    return screens
 
 
 def part(pixels: np.ndarray, *, send: bool = True) -> ImagePart:

@@ -18,13 +18,14 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers.chat import gui_screens
 from tests.helpers.reference_logprobs import reference_logprobs
 from tests.vllm.conftest import FAMILIES, VLLM_HEAD_DIM, cpu_engine
 from vlrl.mm import content_hash, patch_rule_of
 from vlrl.models import build_tiny
 from vlrl.models.registry import family as model_family
 from vlrl.rollout.chat import ChatFormat, ChatTurn
-from vlrl.rollout.client import ContextImage, InferenceClient
+from vlrl.rollout.client import InferenceClient
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, ImagePart, SamplingParams, ScoreResult
 from vlrl.rollout.engine.weights_keeper import weights_keeper
 from vlrl.rollout.ray_endpoint import RayEndpoint
@@ -35,18 +36,6 @@ ATOL = 1e-4
 GREEDY = SamplingParams(temperature=0.0, max_tokens=4)
 SCREEN = (240, 320)
 SCREEN_BYTES = SCREEN[0] * SCREEN[1] * 3
-
-
-def gui_screens(n: int, seed: int = 2) -> list[ContextImage]:
-    """Screens as a GUI's are: one base, each turn changing one small region of the last."""
-    rng = np.random.default_rng(seed)
-    pixels = np.repeat(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8), 8, axis=0).repeat(8, axis=1)
-    screens = []
-    for turn in range(n):
-        pixels = pixels.copy()
-        pixels[100 : 100 + 12, 40 + 10 * turn : 48 + 10 * turn] = 255 - 20 * turn
-        screens.append(ContextImage.of(pixels))
-    return screens
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

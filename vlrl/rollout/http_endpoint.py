@@ -131,15 +131,8 @@ class OpenAIEndpoint:
             "logprobs": True,
             "return_token_ids": True,
         }
-        data = await asyncio.to_thread(json.dumps, body) if request.image_bytes else json.dumps(body)
-        status, answer, later = await self._call("POST", "/v1/chat/completions", data)
-        if status == 400:
-            missing = missing_images(answer, [part.content_hash for part in request.images])
-            if missing:
-                return CacheMiss(request.request_id, missing)
-        if status != 200:
-            raise _status_error(self.name, status, answer, later)
-        return self._result(request, answer)
+        answer = await self._post(request, "/v1/chat/completions", body)
+        return answer if isinstance(answer, CacheMiss) else self._result(request, answer)
 
     async def load(self) -> int:
         status, text, later = await self._call("GET", "/metrics", None, parse=False)
@@ -187,14 +180,9 @@ class OpenAIEndpoint:
             },
             "return_token_ids": True,
         }
-        data = await asyncio.to_thread(json.dumps, body) if request.image_bytes else json.dumps(body)
-        status, answer, later = await self._call("POST", "/inference/v1/generate", data)
-        if status == 400:
-            missing = missing_images(answer, [part.content_hash for part in request.images])
-            if missing:
-                return CacheMiss(request.request_id, missing)
-        if status != 200:
-            raise _status_error(self.name, status, answer, later)
+        answer = await self._post(request, "/inference/v1/generate", body)
+        if isinstance(answer, CacheMiss):
+            return answer
         try:
             choice = answer["choices"][0]
             reply = {
@@ -209,6 +197,19 @@ class OpenAIEndpoint:
         except (KeyError, IndexError, TypeError) as error:
             raise ValueError(f"{self.name}: answer lacks {error!r}; is it vLLM's generate route?") from None
         return self._result(request, reply)
+
+    async def _post(self, request: GenerateRequest, path: str, body: dict[str, Any]) -> dict[str, Any] | CacheMiss:
+        """POST ``body`` (serialised off the event loop when it carries pixels); a 400 naming
+        missing images is a ``CacheMiss``, any other status but 200 the client's error class."""
+        data = await asyncio.to_thread(json.dumps, body) if request.image_bytes else json.dumps(body)
+        status, answer, later = await self._call("POST", path, data)
+        if status == 400:
+            missing = missing_images(answer, [part.content_hash for part in request.images])
+            if missing:
+                return CacheMiss(request.request_id, missing)
+        if status != 200:
+            raise _status_error(self.name, status, answer, later)
+        return answer
 
     async def _dialect(self) -> str:
         """'vllm' when ``/v1/models`` lists vLLM as the model's owner, else 'vlrl' (``Config.api='auto'``)."""

@@ -10,6 +10,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from tests.helpers.chat import gui_screens
 from tests.helpers.reference_logprobs import reference_logprobs
 from vlrl.mm import patch_rule_of
 from vlrl.models import build_tiny
@@ -25,18 +26,6 @@ from vlrl.store import LocalStore
 def _screens(n: int) -> list[ContextImage]:
     rng = np.random.default_rng(1)
     return [ContextImage.of(rng.integers(0, 256, (240, 320, 3), dtype=np.uint8)) for _ in range(n)]
-
-
-def _gui_screens(n: int) -> list[ContextImage]:
-    """Screens as a GUI's are: one base, each turn changing one small region of the last."""
-    rng = np.random.default_rng(2)
-    pixels = np.repeat(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8), 8, axis=0).repeat(8, axis=1)
-    screens = []
-    for turn in range(n):
-        pixels = pixels.copy()
-        pixels[100 : 100 + 12, 40 + 10 * turn : 48 + 10 * turn] = 255 - 20 * turn
-        screens.append(ContextImage.of(pixels))
-    return screens
 
 
 async def _turns(client, chat, screens, first, last, turns: list[ChatTurn], trajectory="traj", replies=None):
@@ -89,7 +78,7 @@ def test_screens_shipped_as_tiles_give_the_replies_of_whole_pixels_across_misses
     # A tile cache of a third of a screen: assembling against the last screen misses at times.
     engine = EmbeddedEngine.Config(cpus=0, max_restarts=1, tile_cache_mb=0.07).build(model_path=str(tiny_path))
     try:
-        endpoint, chat, screens = RayEndpoint(engine, "engine"), _chat(processor), _gui_screens(6)
+        endpoint, chat, screens = RayEndpoint(engine, "engine"), _chat(processor), gui_screens(6)
         whole = InferenceClient([endpoint], InferenceClient.Config(backoff_s=0.5, retries=6, image_tile_px=None))
         tiled = InferenceClient([endpoint], InferenceClient.Config(backoff_s=0.5, retries=6))
         turns_whole, turns_tiled, by_whole, by_tiles = [], [], [], []
@@ -130,7 +119,7 @@ def test_a_trajectory_across_a_weight_update_records_each_turns_version(ray_sess
 
     engine = EmbeddedEngine.Config(cpus=0).build(model_path=str(tiny_path))
     newer = build_tiny("qwen2_vl", tmp_path / "newer", seed=7)
-    chat, screens, turns, trajectory = _chat(processor), _gui_screens(3), [], Trajectory("traj")
+    chat, screens, turns, trajectory = _chat(processor), gui_screens(3), [], Trajectory("traj")
     client = InferenceClient([RayEndpoint(engine, "engine")])
     sampling = SamplingParams(temperature=1.0, max_tokens=4, stop_token_ids=chat.stop_token_ids, seed=0)
 
