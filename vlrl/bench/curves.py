@@ -62,9 +62,10 @@ def pool_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
 
 def delta_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
     for key, figures in result.items():
-        if not (key == "http" or key.startswith("http_")) or not isinstance(figures, Mapping):
+        if not (key in ("http", "vllm") or key.startswith("http_")) or not isinstance(figures, Mapping):
             continue
         screen = figures.get("screen", key.removeprefix("http_"))
+        server, prefix = ("vLLM's own server", "vllm_") if key == "vllm" else ("vlrl serve", "")
         turns = sorted(
             (int(match.group(1)), value)
             for name, value in figures.items()
@@ -72,12 +73,13 @@ def delta_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
         )
         rows = [{"turns": t, **value} for t, value in turns]
         yield from _present(Curve(
-            "delta", f"wire_bytes_{screen}", f"HTTP body bytes to vlrl serve per conversation, {screen}", "turns",
+            "delta", f"{prefix}wire_bytes_{screen}", f"HTTP body bytes to {server} per conversation, {screen}", "turns",
             "bytes", {scheme: _points(rows, "turns", f"wire_bytes_{scheme}") for scheme in ("full", "delta")},
             log_y=True,
         ))  # fmt: skip
         yield from _present(Curve(
-            "delta", f"rollout_speedup_{screen}", f"conversation wall time, full resend / delta, {screen}", "turns",
+            "delta", f"{prefix}rollout_speedup_{screen}", f"wall time through {server}, full resend / delta, {screen}",
+            "turns",
             "speedup", {"full / delta": _points(rows, "turns", "rollout_speedup")},
         ))  # fmt: skip
 

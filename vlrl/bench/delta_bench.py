@@ -16,6 +16,12 @@ the engine's own byte counter is checked against the client's.
 in its own process: request-body and image bytes counted by the server, and the wall time of one
 conversation per scheme, repeated with the order rotated (min / median / max). The client-side
 figures above are the accounting; the HTTP ones are the measurement.
+
+``vllm`` (``delta_vllm``): the anchor, the same conversations through vLLM's own OpenAI server
+(``vllm serve``, started from the vLLM environment's Python) at 5, 15 and 50 turns: request-body
+bytes counted by vLLM's HTTP instrumentation and wall times, full resend vs delta with uuids;
+``skipped: <reason>`` where no vLLM Python is found. The headline keys
+``vllm_wire_full_over_delta_T15/T50`` and ``vllm_speedup_T15/T50`` lead ``--json``.
 """
 
 from __future__ import annotations
@@ -178,10 +184,15 @@ def run(size: str) -> dict[str, Any]:
         if started_ray:
             ray.shutdown()
     from vlrl.bench.delta_http import measure_http
+    from vlrl.bench.delta_vllm import headline as vllm_headline
+    from vlrl.bench.delta_vllm import measure_vllm
 
     http = measure_http(size)
+    vllm = measure_vllm(size)
     headline, *others = http
     return {
+        **vllm_headline(vllm),
+        "vllm": vllm,
         "http": {"screen": headline, **http[headline]},
         **{f"http_{screen}": http[screen] for screen in others},
         "screen": f"{SCREEN[0]}x{SCREEN[1]}",

@@ -33,8 +33,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         ),
         Benchmark(
             "delta",
-            "bytes a multi-turn GUI agent ships: full resend vs last-5 window vs delta, and rollout time",
+            "bytes a multi-turn GUI agent ships: full resend vs last-5 window vs delta, and rollout time;"
+            " through vlrl serve and vLLM's own server",
             "vlrl.bench.delta_bench",
+        ),
+        Benchmark(
+            "rollout",
+            "the main job's rollouts on the embedded engine and on vLLM side by side: episodes/s, generated tokens/s",
+            "vlrl.bench.rollout_bench",
         ),
         Benchmark(
             "pack",

@@ -28,6 +28,8 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
     "delta": (
         ("http.T*wire_full_over_delta", "HTTP body bytes to vlrl serve, full resend / delta"),
         ("http.T*rollout_speedup", "conversation wall time through vlrl serve, full resend / delta (median)"),
+        ("vllm.T*wire_full_over_delta", "HTTP body bytes to vLLM's own server, full resend / delta"),
+        ("vllm.T*rollout_speedup", "conversation wall time through vLLM's server, full resend / delta (median)"),
         ("delta_over_bound", "delta bytes / every image once (1.0 is exact)"),
     ),
     "driver": (
@@ -65,6 +67,9 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("survived", "runs (one per fault kind) that finished their steps"),
         ("books_exact", "runs whose group books balanced after every step"),
         ("keys_left", "store keys left after close, all runs together (0: nothing leaked)"),
+    ),
+    "rollout": (
+        ("vllm_over_embedded_*", "the main job's rollouts, vLLM / embedded engine (median)"),
     ),
     "async": (
         ("*speedup", "RL wall time, synchronous / asynchronous (same steps, same warm start)"),

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import itertools
 
-
 from vlrl.bench import delta_bench
 from vlrl.bench.curves import curves_of
 from vlrl.bench.delta_http import measure_http, screenshots
@@ -38,3 +37,14 @@ def test_the_engine_receives_exactly_what_the_client_ships(ray_session):
     assert bytes_["bytes_delta"] == bytes_["bytes_lower_bound"] < bytes_["bytes_window5"] < bytes_["bytes_full"]
     rollout = delta_bench.measure_rollout(6, 2, images, reps=2)  # asserts the engine's counter equals the client's
     assert 0 < rollout["delta"]["image_bytes"] < rollout["full"]["image_bytes"]
+
+
+def test_without_a_vllm_python_the_vllm_rows_say_why(monkeypatch, tmp_path):
+    from vlrl.bench.delta_vllm import headline, measure_vllm
+
+    monkeypatch.setenv("VLRL_VLLM_PYTHON", str(tmp_path / "no-python"))
+    figures = measure_vllm("smoke")
+    assert figures["skipped"].startswith(f"no vLLM Python at {tmp_path / 'no-python'}")
+    lead = headline(figures)
+    assert set(lead) == {f"vllm_{n}_T{t}" for n in ("wire_full_over_delta", "speedup") for t in (15, 50)}
+    assert all(value == f"skipped: {figures['skipped']}" for value in lead.values())
