@@ -131,7 +131,7 @@ async def _scripted(answers: list[tuple[int, dict, dict[str, str]]], retries: in
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    endpoint = OpenAIEndpoint.Config(base_url=f"http://127.0.0.1:{runner.addresses[0][1]}", model="m").build()
+    endpoint = OpenAIEndpoint.Config(base_url=f"http://127.0.0.1:{runner.addresses[0][1]}", model="m", api="vlrl").build()
     client = InferenceClient([endpoint], InferenceClient.Config(backoff_s=0, retries=retries))
     try:
         outcome = await client.generate("t", PROMPT, [], GREEDY, request_id="r0")

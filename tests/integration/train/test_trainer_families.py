@@ -20,7 +20,7 @@ def family_reference(request, tmp_path_factory):
     path = build_tiny(request.param, tmp_path_factory.mktemp(request.param))
     work = make_workload(path)
     config = trainer_config()
-    loss, grads, weights = reference_step(path, work, LOSS, lr=config.lr, betas=config.betas, max_grad_norm=config.max_grad_norm)
+    loss, grads, weights = reference_step(path, work, LOSS, lr=config.optim.lr, betas=config.optim.betas, max_grad_norm=config.optim.max_grad_norm)
     return request.param, path, work, (loss, grads, weights)
 
 

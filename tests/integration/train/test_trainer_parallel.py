@@ -85,7 +85,7 @@ def reference(tiny_path):
     work = make_workload(tiny_path)
     config = trainer_config()
     loss, grads, weights = reference_step(
-        tiny_path, work, LOSS, lr=config.lr, betas=config.betas, max_grad_norm=config.max_grad_norm
+        tiny_path, work, LOSS, lr=config.optim.lr, betas=config.optim.betas, max_grad_norm=config.optim.max_grad_norm
     )
     return work, loss, grads, weights
 
@@ -140,10 +140,10 @@ def test_tis_and_the_kl_penalty_match_single_process(tiny_path, kl_reference, tm
     work = make_workload(tiny_path)
     config = trainer_config(LOSS_TIS_KL, reference=kl_reference)
     want = reference_step(
-        tiny_path, work, LOSS_TIS_KL, lr=config.lr, betas=config.betas, max_grad_norm=config.max_grad_norm,
+        tiny_path, work, LOSS_TIS_KL, lr=config.optim.lr, betas=config.optim.betas, max_grad_norm=config.optim.max_grad_norm,
         kl_reference=kl_reference,
     )  # fmt: skip
-    plain = reference_step(tiny_path, work, LOSS, lr=config.lr, betas=config.betas, max_grad_norm=config.max_grad_norm)
+    plain = reference_step(tiny_path, work, LOSS, lr=config.optim.lr, betas=config.optim.betas, max_grad_norm=config.optim.max_grad_norm)
     assert abs(want[0] - plain[0]) > 1e-3  # the two terms change the loss: the comparison means something
     results = _run(tmp_path, world, layouts, tiny_path, work, config)
     for shape in layouts:
@@ -179,7 +179,7 @@ def test_tokens_older_than_the_staleness_bound_leave_the_loss_exactly(tiny_path,
     work = reference[0]
     spanning, masked = _spanning_a_weight_update(work)
     config = trainer_config()
-    want = reference_step(tiny_path, masked, LOSS, lr=config.lr, betas=config.betas, max_grad_norm=config.max_grad_norm)
+    want = reference_step(tiny_path, masked, LOSS, lr=config.optim.lr, betas=config.optim.betas, max_grad_norm=config.optim.max_grad_norm)
     moved = max(float((want[1][n] - g).abs().max()) for n, g in reference[2].items())
     assert moved > 1e-4  # the cut changes the gradients far beyond the tolerance: the comparison means something
     results = _run(tmp_path, world, layouts, tiny_path, spanning, config, min_version=4)
