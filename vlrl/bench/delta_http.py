@@ -74,23 +74,16 @@ def served(model_path: str):
         server.wait(timeout=30)
 
 
-async def _conversation(url: str, chat: Any, shots: list[np.ndarray], scheme: str, tag: str) -> dict[str, float]:
+async def converse(client: Any, chat: Any, shots: list[np.ndarray], tag: str) -> float:
+    """One conversation through ``client``: a turn per screenshot, each prompt the whole chat so
+    far (greedy answers of 4 tokens), the client shipping images by its own scheme; returns the
+    wall time."""
     from vlrl.mm import content_hash
     from vlrl.rollout.chat import ChatTurn
-    from vlrl.rollout.client import ContextImage, InferenceClient
-    from vlrl.rollout.http_endpoint import OpenAIEndpoint, parse_metrics
+    from vlrl.rollout.client import ContextImage
     from vlrl.rollout.protocol import SamplingParams
 
-    endpoint = OpenAIEndpoint.Config(base_url=url).build()
-    client = InferenceClient([endpoint], InferenceClient.Config(image_shipping=scheme))
     sampling = SamplingParams(temperature=0.0, max_tokens=4, stop_token_ids=chat.stop_token_ids)
-
-    async def counters() -> dict[str, float]:
-        async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
-            metrics = parse_metrics(await response.text())
-        return {k: metrics[f"vlrl:{k}"] for k in ("request_bytes_received", "image_bytes_received", "images_decoded")}
-
-    before = await counters()
     started = time.perf_counter()
     images: list[ContextImage] = []
     turns: list[ChatTurn] = []
@@ -101,7 +94,23 @@ async def _conversation(url: str, chat: Any, shots: list[np.ndarray], scheme: st
         result = await client.generate(tag, ids, list(images), sampling, request_id=f"{tag}-{turn}")
         turns[-1].answer = [int(t) for t in result.token_ids]
         turns[-1].answer_stopped = result.finish_reason == "stop"
-    wall = time.perf_counter() - started
+    return time.perf_counter() - started
+
+
+async def _conversation(url: str, chat: Any, shots: list[np.ndarray], scheme: str, tag: str) -> dict[str, float]:
+    from vlrl.rollout.client import InferenceClient
+    from vlrl.rollout.http_endpoint import OpenAIEndpoint, parse_metrics
+
+    endpoint = OpenAIEndpoint.Config(base_url=url).build()
+    client = InferenceClient([endpoint], InferenceClient.Config(image_shipping=scheme))
+
+    async def counters() -> dict[str, float]:
+        async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
+            metrics = parse_metrics(await response.text())
+        return {k: metrics[f"vlrl:{k}"] for k in ("request_bytes_received", "image_bytes_received", "images_decoded")}
+
+    before = await counters()
+    wall = await converse(client, chat, shots, tag)
     after = await counters()
     await endpoint.close()
     return {"wall_s": wall, **{k: after[k] - before[k] for k in before}}

@@ -42,7 +42,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from vlrl.bench.delta_http import IMAGE_SIDE, SCHEMES, screenshots
+from vlrl.bench.delta_http import IMAGE_SIDE, SCHEMES, converse, screenshots
 from vlrl.bench.spread import spread
 from vlrl.mm import encode_image
 
@@ -138,27 +138,13 @@ async def _counters(url: str) -> dict[str, float]:
 async def _conversation(
     url: str, chat: Any, pad: int, shots: list[np.ndarray], scheme: str, tag: str
 ) -> dict[str, float]:
-    from vlrl.mm import content_hash
-    from vlrl.rollout.chat import ChatTurn
-    from vlrl.rollout.client import ContextImage, InferenceClient
+    from vlrl.rollout.client import InferenceClient
     from vlrl.rollout.http_endpoint import OpenAIEndpoint
-    from vlrl.rollout.protocol import SamplingParams
 
     endpoint = OpenAIEndpoint.Config(base_url=url, api="vllm").build(image_token_id=pad)
     client = InferenceClient([endpoint], InferenceClient.Config(image_shipping=scheme))
-    sampling = SamplingParams(temperature=0.0, max_tokens=4, stop_token_ids=chat.stop_token_ids)
     before = await _counters(url)
-    started = time.perf_counter()
-    images: list[ContextImage] = []
-    turns: list[ChatTurn] = []
-    for turn, pixels in enumerate(shots):  # the client hashes each screenshot once, as the agent loop does
-        images.append(ContextImage(content_hash(pixels), pixels))
-        turns.append(ChatTurn("Open the settings." if turn == 0 else "", (pixels.shape[1], pixels.shape[0])))
-        ids = np.asarray(chat.context(turns).ids, np.int32)
-        result = await client.generate(tag, ids, list(images), sampling, request_id=f"{tag}-{turn}")
-        turns[-1].answer = [int(t) for t in result.token_ids]
-        turns[-1].answer_stopped = result.finish_reason == "stop"
-    wall = time.perf_counter() - started
+    wall = await converse(client, chat, shots, tag)
     await endpoint.close()
     # vLLM's instrumentation records a request once its answer is sent: wait until all are counted.
     for _ in range(50):
