@@ -142,7 +142,7 @@ async def run_steps(
 ) -> None:
     """``steps`` RL steps from policy version 0, each the training job's own ``rl_step``;
     ``before_step(step)`` runs before each (the fault injection); the books are checked after each."""
-    from vlrl.job.train_job import rl_step
+    from vlrl.job.rl_step import rl_step
 
     for step in range(steps):
         if before_step is not None:

@@ -1,7 +1,7 @@
 """``vlrl train``: the end-to-end job. Harness Pool -> Agent Loops -> store -> driver -> packer ->
 encoder path -> trainer -> weight sync, step after step, on one machine or a Ray cluster.
 
-One RL step is ``rl_step``, the one function that ``vlrl train``, ``vlrl bench chaos`` and
+One RL step is ``rl_step.rl_step``, the one function that ``vlrl train``, ``vlrl bench chaos`` and
 ``vlrl bench async`` run::
 
     batch   <- driver.next_batch(version)        rollouts until every source has its share
@@ -44,80 +44,20 @@ from vlrl.job.meters import batch_metrics, book_metrics
 from vlrl.job.metrics_log import read_metrics
 from vlrl.job.plots import EPISODES_DIR
 from vlrl.job.progress import Progress
+from vlrl.job.rl_step import rl_step
 from vlrl.job.run_folder import SUMMARY_FILE, BrokenCheckpoint, read_checkpoint_state
 from vlrl.job.session import JobSession, RunState
 from vlrl.job.tracking import Tracking
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.pool.tenant import TenantOutcome, lost_writers
-from vlrl.records import Batch, SeqMeta
+from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import agent_loop_factory
 from vlrl.rollout.engine import VLLMEngine
 from vlrl.rollout.rollout_side import RolloutSide
 from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.optimizer import Optimizer
-from vlrl.train.trainer import StepInputsLost
 from vlrl.train.trainer_group import TrainerGroup, check_layout
-
-STEP_INPUT_RETRIES = 3
-"""Times one RL step is run again on other groups when the trainer could not read its payload."""
-
-
-async def train_on(batch: Batch, driver: Driver, group: TrainerGroup, version: int) -> tuple[Batch, dict[str, float]]:
-    """One optimizer step on ``batch``. When the trainer could not read its payload (a store shard
-    died under it; no gradient was computed), the batch goes back to the driver, which fails the
-    groups that lost keys and yields the step again; returns the batch trained on and its metrics."""
-    retries = 0
-    while True:
-        try:
-            return batch, await asyncio.to_thread(group.step, batch.sequences, batch.min_version)
-        except StepInputsLost:
-            retries += 1
-            if retries > STEP_INPUT_RETRIES:
-                raise
-            driver.requeue(batch)
-            batch = await driver.next_batch(version)
-
-
-@dataclass(frozen=True, slots=True)
-class StepResult:
-    """What one ``rl_step`` trained, and where its time went."""
-
-    batch: Batch
-    """The batch trained on (its keys are deleted)."""
-    metrics: dict[str, float]
-    """The trainer's figures (``loss``, ``tokens_per_s``, ...)."""
-    rollout_wait_s: float
-    """Waiting for the batch's rollouts."""
-    train_s: float
-    """The optimizer step and the deletion of the batch's keys (with ``hold_push``, also the wait
-    for the next batch)."""
-    weight_sync_s: float
-    """The weight push to the engines (the trainer's wait for it)."""
-
-
-async def rl_step(
-    s: JobSession, driver: Driver, group: TrainerGroup, version: int, *, hold_push: bool = False
-) -> StepResult:
-    """One RL step on policy ``version``: a batch from ``driver``, one optimizer step of ``group``
-    on it, its keys deleted, the new weights pushed to the session's engines as ``version + 1``.
-
-    ``hold_push``: the push waits until the driver holds the next batch, so every token of that
-    batch was sampled by ``version`` or older and is trained one version stale or more (what
-    ``vlrl bench async`` at smoke size checks its staleness books on, whatever the machine's speed).
-    """
-    t0 = time.perf_counter()
-    batch = await driver.next_batch(version)
-    t1 = time.perf_counter()
-    batch, metrics = await train_on(batch, driver, group, version)
-    driver.consumed(batch)
-    if hold_push:
-        await driver.fill(version)
-    t2 = time.perf_counter()
-    await s.push_weights(group, version + 1)
-    t3 = time.perf_counter()
-    return StepResult(batch, metrics, rollout_wait_s=t1 - t0, train_s=t2 - t1, weight_sync_s=t3 - t2)
-
 
 class TrainJob:
     @dataclass(kw_only=True, slots=True)

@@ -96,7 +96,7 @@ def test_two_harness_codebases_in_one_run_keep_their_pools_and_batch_shares(ray_
 
 
 def test_a_crash_mid_step_with_rollouts_ahead_resumes_training_each_group_once(ray_session, tmp_path, monkeypatch):
-    import vlrl.job.train_job as train_job
+    import vlrl.job.rl_step as rl_step
 
     run_dir = tmp_path / "async"
 
@@ -109,14 +109,14 @@ def test_a_crash_mid_step_with_rollouts_ahead_resumes_training_each_group_once(r
         config.driver.hook.sampler.include_max = True  # every group is accepted: each open one must train
         return config
 
-    real = train_job.train_on
+    real = rl_step.train_on
 
     async def crashing(batch, *args):
         if batch.step == 4:  # step 3 trained and logged after the step-2 checkpoint; groups in flight
             raise RuntimeError("crash in the middle of an asynchronous step")
         return await real(batch, *args)
 
-    monkeypatch.setattr(train_job, "train_on", crashing)
+    monkeypatch.setattr(rl_step, "train_on", crashing)
     with pytest.raises(RuntimeError, match="crash in the middle"):
         config(4).build().run()
     checkpoint = json.loads((run_dir / "checkpoints" / "step-000002" / "state.json").read_text())
@@ -125,7 +125,7 @@ def test_a_crash_mid_step_with_rollouts_ahead_resumes_training_each_group_once(r
     open_ids = {f"{source}/{seed}" for source, seeds in checkpoint["open_seeds"].items() for seed in seeds}
     assert set(crashed[2]["batch/group_ids"]) <= open_ids  # prefetched before the checkpoint, trained after it
 
-    monkeypatch.setattr(train_job, "train_on", real)
+    monkeypatch.setattr(rl_step, "train_on", real)
     resumed = config(5)
     resumed.resume = True
     summary = resumed.build().run()

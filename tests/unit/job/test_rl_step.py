@@ -19,7 +19,8 @@ from vlrl.config import DataSource, EnvSettings
 from vlrl.control.driver import Driver
 from vlrl.job.meters import staleness_histogram
 from vlrl.job.session import RunState
-from vlrl.job.train_job import TrainJob, rl_step
+from vlrl.job.rl_step import rl_step
+from vlrl.job.train_job import TrainJob
 from vlrl.pool.tenant import TenantOutcome
 from vlrl.records import SeqMeta
 from vlrl.store.local import LocalStore
