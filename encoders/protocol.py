@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import load_file, save_model
 from torch import nn
 
+from vlrl.errors import PicklesWhole
 from vlrl.mm import require_canonical
 from vlrl.records import MMItemMeta
 
@@ -32,7 +33,7 @@ WEIGHTS_FILE = "model.safetensors"
 """The file ``save_pretrained`` writes (the name ``transformers`` uses too)."""
 
 
-class EncoderError(ValueError):
+class EncoderError(PicklesWhole, ValueError):
     """A plug-in broke its contract or got input it cannot encode; names the encoder and item."""
 
     def __init__(self, encoder: str, message: str, *, item: MMItemMeta | None = None) -> None:

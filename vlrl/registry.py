@@ -20,6 +20,8 @@ from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Any
 
+from vlrl.errors import PicklesWhole
+
 HARNESSES = "vlrl.harnesses"
 """Entry-point group of harness codebases (``vlrl.harness.registry``)."""
 ENCODERS = "vlrl.encoders"
@@ -28,7 +30,7 @@ MODELS = "vlrl.models"
 """Entry-point group reserved for model families (the next plug-in kind)."""
 
 
-class ContractError(Exception):
+class ContractError(PicklesWhole, Exception):
     """A plug-in breaks one named rule of its kind's contract (raised by checkers)."""
 
     def __init__(self, rule: str, detail: str) -> None:

@@ -21,6 +21,8 @@ import typing
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
+from vlrl.errors import PicklesWhole
+
 _UNIONS = (Union, types.UnionType)
 
 
@@ -88,7 +90,7 @@ class NonEmpty(Constraint):
         return "of length >= 1"
 
 
-class ConfigError(ValueError):
+class ConfigError(PicklesWhole, ValueError):
     """A wrong config value: ``path`` is the dotted field (``store.chunk_rows``), ``value`` what was
     given and ``expected`` what would have been accepted."""
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, NamedTuple
 
 from vlrl.config import NonEmpty
+from vlrl.errors import PicklesWhole
 from vlrl.pack import shared
 from vlrl.pack.layout import Layout
 from vlrl.pack.packed import ImagePlacement, PackedWindow
@@ -41,7 +42,7 @@ from vlrl.records import SeqMeta
 from vlrl.store import PayloadStore, StoreError
 
 
-class PackError(RuntimeError):
+class PackError(PicklesWhole, RuntimeError):
     """A TP group could not get its window; names the rank and micro-batch. ``payload_lost``: the
     leader's cause was a store error (a key or shard gone), not a bug."""
 

@@ -13,6 +13,7 @@ import re
 
 from ray.exceptions import RayTaskError
 
+from vlrl.errors import PicklesWhole
 from vlrl.harness import HarnessError
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -31,7 +32,7 @@ def describe(error: BaseException) -> str:
     return _ANSI.sub("", f"{type(cause).__name__}: {cause}")
 
 
-class EnvCallError(HarnessError):
+class EnvCallError(PicklesWhole, HarnessError):
     """A harness instance's call on its env host raised: names the codebase, the call and the
     cause's type and whole message."""
 

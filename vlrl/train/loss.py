@@ -78,6 +78,7 @@ import torch
 from torch import Tensor
 
 from vlrl.config import ConfigError, Ge, Gt, Lt, validate
+from vlrl.errors import PicklesWhole
 from vlrl.records import LossTerm, fields_for
 
 Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"]
@@ -87,7 +88,7 @@ DEFAULT_AGGREGATION: dict[str, Aggregation] = {"ppo": "token_mean", "grpo": "seq
 """Each kind's aggregation when the config leaves it None."""
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(PicklesWhole, FloatingPointError):
     """A micro-batch's loss is NaN or infinite; ``where`` names the micro-batch and rank."""
 
     def __init__(self, value: float, where: str) -> None:

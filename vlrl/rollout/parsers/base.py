@@ -7,6 +7,7 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from vlrl.errors import PicklesWhole
 from vlrl.harness import Action, ActionError
 
 MAX_OUTPUT_CHARS = 8192
@@ -22,7 +23,7 @@ NORMALISED_MAX = 999
 _FENCE = re.compile(r"^[ \t]*```(?:[\w+-]*[ \t]*\n)?(.*?)```", re.DOTALL | re.MULTILINE)
 
 
-class ParseError(ValueError):
+class ParseError(PicklesWhole, ValueError):
     """Model text that is not one well-formed action; ``feedback`` says what was wrong and what
     form was expected, short enough for an Agent Loop to send back to the model."""
 
