@@ -6,12 +6,14 @@ to parse -> typed action -> harness step, until the harness ends the episode or 
 A reply that is not a well-formed action costs the source's format penalty and is answered with
 feedback instead of a step. At the end the payload goes to the store once and the driver gets
 ``SeqMeta`` records: one per training sequence (one, unless a history window rewrote the context).
+Each turn's request carries its own sampling seed (``turn_seed``): the engine seeds a stream per
+request, so one seed per episode would draw every turn from the same random numbers.
 """
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vlrl.config import AgentBehaviour, DataSource
@@ -71,7 +73,6 @@ class AgentLoop:
             top_p=agent.top_p,
             max_tokens=agent.max_tokens,
             stop_token_ids=chat.stop_token_ids,
-            seed=zlib.crc32(trajectory_id.encode()),
         )
         trajectory = Trajectory(trajectory_id)
         turns: list[ChatTurn] = []
@@ -83,12 +84,13 @@ class AgentLoop:
             shown, images = await ctx.to_thread(screens.shown)
             context = await ctx.to_thread(chat.context, turns, shown)
             trajectory.set_context(context, images)
+            turn = len(turns) - 1
             result = await runtime.client.generate(
                 trajectory_id,
                 trajectory.current.prompt_array(),
                 trajectory.current.images,
-                sampling,
-                request_id=f"{trajectory_id}#{len(turns) - 1}",
+                replace(sampling, seed=turn_seed(trajectory_id, turn)),
+                request_id=f"{trajectory_id}#{turn}",
             )
             trajectory.add_generated(result, obs.state_key or screen.content_hash)
             turns[-1].answer = [int(t) for t in result.token_ids]
@@ -128,6 +130,14 @@ class AgentLoop:
                 ledger=ctx.writes,
             )
         )
+
+def turn_seed(trajectory_id: str, turn: int) -> int:
+    """The sampling seed of one turn's request, in [0, 2**63): every request of a run draws its
+    own random numbers, and a rerun of the run (the same task seeds, so the same trajectory ids)
+    draws the same ones. A 64-bit hash, so that a large run's requests do not share seeds."""
+    digest = hashlib.blake2b(f"{trajectory_id}#{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
 
 def agent_loop_factory(source: DataSource, seed: int, group_id: str, index: int) -> AgentLoop:
     """The driver's tenant factory (``control.driver.TenantFactory``) for policy rollouts."""
