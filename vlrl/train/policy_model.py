@@ -22,7 +22,7 @@ and its gradients are summed over the world (``sync_encoder_grads``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -190,25 +190,28 @@ class PolicyModel(nn.Module):
         if self._parallel is None or self._parallel.layout.world_size == 1:
             return
         params = [p for p in self.encoder_parameters()]
+        if not params:  # a frozen tower (LoRA without tower adapters)
+            return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat, group=self._parallel.world_group)
         for param, piece in zip(params, flat.split([g.numel() for g in grads]), strict=True):
             param.grad = piece.view_as(param).clone()
 
-    def full_state_dict(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Every weight under its checkpoint name, unsharded; a plug-in encoder's own weights come
-        under ``encoder.`` (``STATE_PREFIX``) instead of the unused tower's. Collective under
-        TP/FSDP: every rank iterates it to the end."""
+    def full_state_dict(self, keep: Callable[[str], bool] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every weight (whose name ``keep`` accepts) under its checkpoint name, unsharded; a plug-in
+        encoder's own weights come under ``encoder.`` (``STATE_PREFIX``) instead of the unused
+        tower's. Collective under TP/FSDP: every rank iterates it to the end."""
         for name, value in self.model.state_dict().items():
-            if not self.owns_tower and name.startswith(ENCODER_PREFIX):
+            if (not self.owns_tower and name.startswith(ENCODER_PREFIX)) or (keep is not None and not keep(name)):
                 continue
             if isinstance(value, DTensor):
                 value = value.full_tensor()
             yield name, value.detach()
         if not self.owns_tower:
             for name, value in self.encoder.state_dict().items():
-                yield STATE_PREFIX + name, value.detach()
+                if keep is None or keep(STATE_PREFIX + name):
+                    yield STATE_PREFIX + name, value.detach()
 
     def tower_state(self) -> dict[str, torch.Tensor]:
         """The checkpoint's own tower under its checkpoint names (replicated, never sharded): kept

@@ -42,6 +42,7 @@ from vlrl.records import FIELDS, SeqMeta, pad_value
 from vlrl.store import StoreError
 from vlrl.train.checkpoint_io import TRAINER_FILE, load_sharded, load_trainer_file, save_trainer_file
 from vlrl.train.encode_step import StepEncoder
+from vlrl.train.lora import LoRA
 from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss, token_logprobs_and_entropy
 from vlrl.train.mrope import sequence_mrope
 from vlrl.train.optimizer import Optimizer
@@ -56,6 +57,8 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
 HF_FILES = ("config.json", "generation_config.json", "preprocessor_config.json", "tokenizer.json",
             "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "processor_config.json")  # fmt: skip
 """Non-weight files of a checkpoint folder, copied so a saved step loads like the original."""
+ADAPTER_DIR = "adapter"
+"""Where a LoRA trainer's checkpoint keeps its PEFT adapter folder (``hf/`` holds the merged weights)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -99,6 +102,8 @@ class Trainer:
         """The policy-gradient loss."""
         micro_batches: MicroBatchPlanner.Config = field(default_factory=MicroBatchPlanner.Config)
         """How a step's sequences are packed into micro-batches per DP rank."""
+        lora: LoRA.Config = field(default_factory=LoRA.Config)
+        """Low-rank adapters in place of full fine-tuning (``lora.rank > 0``)."""
 
         def build(
             self, *, model_path: str, store: Any, layout: Layout, encoder: VisionEncoder | None = None, steps: int = 0
@@ -125,10 +130,14 @@ class Trainer:
         self.store = store
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         self.parallel = Parallel.init(layout, self.device.type)
+        if config.lora.enabled:
+            check_lora_fits(config.lora, layout, config.encoder)
         if encoder is None and config.encoder is not None:
             encoder = config.resolved_encoder(model_path).build(model_path)
         self.model = PolicyModel.load(model_path, dtype=DTYPES[config.dtype], encoder=encoder).to(self.device)
         self.reference = self._reference() if config.loss.kl_coef > 0 else None
+        self.lora = config.lora.build(self.model.model) if config.lora.enabled else None
+        self._bases_pushed = False
         self.model.parallelize(self.parallel)
         self.loss_fn = config.loss.build()
         self.planner = config.micro_batches.build()
@@ -371,9 +380,31 @@ class Trainer:
     # ---- weights
 
     def full_weights(self) -> dict[str, torch.Tensor] | None:
-        """Every weight, unsharded, on rank 0 (None on the others). Collective."""
+        """Every weight, unsharded, on rank 0 (None on the others); under LoRA the adapters merged
+        in, under the checkpoint's own names. Collective."""
+        weights = self._gathered()
+        if weights is None or self.lora is None:
+            return weights
+        return self.lora.merged_state(weights)
+
+    def push_state(self, merged: bool = False) -> dict[str, torch.Tensor] | None:
+        """What a weight push carries, on rank 0 (None on the others): every weight, or under
+        LoRA the adapters alone (``vlrl.models.adapters``), plus, on this trainer's first push, the
+        adapted modules' base weights; ``merged``: every weight with the adapters merged in, for an
+        engine that does not apply adapters. Collective."""
+        if self.lora is None or merged:
+            return self.full_weights()
+        with_bases = not self._bases_pushed
+        state = self._gathered(lambda name: ".lora_" in name or (with_bases and name.endswith(".base_layer.weight")))
+        self._bases_pushed = True
+        if state is None:
+            return None
+        return {**dict(self.lora.base_state(state.items())), **dict(self.lora.adapter_state(state.items()))}
+
+    def _gathered(self, keep=None) -> dict[str, torch.Tensor] | None:
+        """The model's weights (those whose name ``keep`` accepts), unsharded, on rank 0. Collective."""
         weights = {}
-        for name, value in self.model.full_state_dict():
+        for name, value in self.model.full_state_dict(keep):
             if self.parallel.is_logger:
                 weights[name] = value.to("cpu", copy=True)
         return weights if self.parallel.is_logger else None
@@ -388,7 +419,10 @@ class Trainer:
         path = Path(path)
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path / "sharded"))
-        weights = self.full_weights()
+        weights = self._gathered()
+        if weights is not None and self.lora is not None:
+            self.lora.save_adapter(path / ADAPTER_DIR, weights, base_model=self.model_path)
+            weights = self.lora.merged_state(weights)
         if weights is not None:
             fsync(path / "sharded")  # DCP renames its .metadata into place last, but leaves the rename unsynced
             hf = path / "hf"
@@ -422,6 +456,14 @@ class Trainer:
         self._encoder.close()
         if self._ref_encoder is not None:
             self._ref_encoder.close()
+
+
+def check_lora_fits(lora: LoRA.Config, layout: Layout, encoder: EncoderSpec | None) -> None:
+    """What LoRA needs of the rest of the trainer; ConfigError naming the field."""
+    if layout.tp > 1:
+        raise ConfigError("lora.rank", lora.rank, f"0 with layout.tp = {layout.tp}: LoRA runs under DP and CP (FSDP2), not yet TP")
+    if encoder is not None:
+        raise ConfigError("lora.rank", lora.rank, "0 with a plug-in encoder (trainer.encoder): LoRA adapts the checkpoint's own tower")
 
 
 class StepInputsLost(RuntimeError):

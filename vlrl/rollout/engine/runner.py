@@ -31,6 +31,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from encoders.protocol import VisionEncoder
 from encoders.spec import STATE_PREFIX
 from vlrl.models import family_of
+from vlrl.models.adapters import MergedAdapters, split_push
 from vlrl.rollout.engine.images import ProcessedImage
 from vlrl.rollout.engine.prefix import ImageSpan, KVPrefix
 from vlrl.rollout.engine.sampling import generator_for, sample
@@ -90,6 +91,7 @@ class ModelRunner:
         self.model = model.eval()
         self.encoder = encoder.eval() if encoder is not None else None
         self._stop_token_ids = stop_token_ids
+        self._adapters = MergedAdapters()
         self._image_token_id = model.config.image_token_id
         self._device = model.device
         placeholders = [
@@ -159,7 +161,9 @@ class ModelRunner:
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor | np.ndarray]) -> None:
         """Copy ``state_dict`` (any subset of the model's, the plug-in encoder's under ``encoder.``)
-        into the weights, after checking all of it."""
+        into the weights, after checking all of it; LoRA pairs in it are merged into their
+        modules' weights (``vlrl.models.adapters``)."""
+        state_dict, pairs = split_push(state_dict)
         targets = self.model.state_dict(keep_vars=True)
         if self.encoder is not None:
             targets.update({STATE_PREFIX + name: value for name, value in self.encoder.state_dict(keep_vars=True).items()})
@@ -179,6 +183,8 @@ class ModelRunner:
         with torch.no_grad():
             for name, tensor in tensors.items():
                 targets[name].copy_(tensor)
+        rebased = {module for module in pairs if module + ".weight" in tensors}
+        self._adapters.apply(targets, pairs, rebased)
 
     def _plan(self, seq: Sequence) -> _Row:
         reused = seq.prefix.shared_length(seq.prompt, seq.spans) if seq.prefix is not None else 0

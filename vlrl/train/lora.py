@@ -1,0 +1,189 @@
+"""LoRA: low-rank adapters on the LLM, the vision tower and its merger, built on PEFT.
+
+An adapted linear layer computes ``y = W x + (alpha / r) * B (A dropout(x))``: the base ``W``
+``(out, in)`` is frozen, ``A`` ``(r, in)`` and ``B`` ``(out, r)`` train, and PEFT starts ``B`` at
+0, so step 0 is the base model. Only the adapters get gradients and optimizer state; every other
+weight (embeddings, norms, the LM head, the tower when no tower or merger pattern is given) stays
+bit-identical. A weight push carries the adapters alone (``vlrl.models.adapters``), a checkpoint
+adds a PEFT adapter folder (``save_adapter``).
+
+Where adapters go is chosen per part of the model by patterns, each a module name's dotted
+suffix, as PEFT's ``target_modules`` list matches them (``q_proj``, ``attn.qkv``, ``mlp.0``),
+looked for only under that part's prefixes (``PARTS``). Every pattern must name at least one
+linear layer of the model, or the build fails naming the field and the layers it could have
+meant.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import torch
+from torch import nn
+
+from vlrl.atomic import atomic_path
+from vlrl.config import ConfigError, Ge, Gt, Lt
+from vlrl.models.adapters import LORA_A, LORA_B
+
+PARTS = {
+    "llm_modules": ("model.language_model.",),
+    "tower_modules": ("model.visual.blocks.",),
+    "merger_modules": ("model.visual.merger.", "model.visual.deepstack_merger_list."),
+}
+"""Each pattern field and where (module-name prefixes, the same in every supported family) it looks."""
+ADAPTER = "default"
+"""PEFT's adapter name inside the trainer's modules (``...q_proj.lora_A.default.weight``)."""
+INIT_SEED = 0
+"""Seed of the adapters' random ``A``: the replicas of a parameter on different ranks start equal."""
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
+
+
+class LoRA:
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        """Low-rank adapters in place of full fine-tuning (``--set lora.rank=16``); rank 0: off."""
+
+        rank: Annotated[int, Ge(0)] = 0
+        """Rank ``r`` of every adapter; 0 trains (and pushes) every weight instead."""
+        alpha: Annotated[float, Gt(0)] = 32.0
+        """Scale numerator: the adapters' output is multiplied by ``alpha / rank``."""
+        dropout: Annotated[float, Ge(0), Lt(1)] = 0.0
+        """Dropout on an adapter's input during training (0: the step is deterministic)."""
+        llm_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+        """Linear layers of the language model that get adapters (name suffixes)."""
+        tower_modules: tuple[str, ...] = ()
+        """Linear layers of the vision tower's blocks that get adapters (``attn.qkv``, ``attn.proj``;
+        the MLP's names differ by family: ``mlp.fc1``, ``mlp.up_proj``, ``mlp.linear_fc1``). Empty,
+        with ``merger_modules`` empty too: the tower is frozen and gets no gradient."""
+        merger_modules: tuple[str, ...] = ()
+        """Linear layers of the patch merger that get adapters (``mlp.0``, ``mlp.2`` in Qwen2/2.5-VL;
+        ``linear_fc1``, ``linear_fc2`` in Qwen3-VL, DeepStack mergers included)."""
+
+        @property
+        def enabled(self) -> bool:
+            return self.rank > 0
+
+        @property
+        def trains_tower(self) -> bool:
+            return bool(self.tower_modules or self.merger_modules)
+
+        def check(self) -> None:
+            for field_name in PARTS:
+                patterns = getattr(self, field_name)
+                for pattern in patterns:
+                    if not _PATTERN.fullmatch(pattern):
+                        raise ConfigError(
+                            field_name, patterns, "module-name suffixes such as 'q_proj' or 'attn.qkv'", got=repr(pattern)
+                        )
+                if len(set(patterns)) != len(patterns):
+                    raise ConfigError(field_name, patterns, "each pattern once")
+            if self.enabled and not (self.llm_modules or self.trains_tower):
+                raise ConfigError("llm_modules", self.llm_modules, "at least one pattern (in llm_modules, tower_modules or merger_modules) with rank > 0")
+
+        def build(self, model: nn.Module) -> LoRA:
+            """Adapters injected into ``model`` (a family's transformers model) in place, every other
+            weight frozen. ConfigError naming the field when a pattern matches no linear layer."""
+            from peft import LoraConfig, inject_adapter_in_model
+
+            targets = self.target_modules(model)
+            peft_config = LoraConfig(
+                r=self.rank, lora_alpha=self.alpha, lora_dropout=self.dropout, target_modules=targets, bias="none"
+            )
+            with torch.random.fork_rng():  # every rank (and every rebuild) draws the same A
+                torch.manual_seed(INIT_SEED)
+                inject_adapter_in_model(peft_config, model, adapter_name=ADAPTER)  # also freezes every other weight
+            return LoRA(self, peft_config, targets)
+
+        def target_modules(self, model: nn.Module) -> list[str]:
+            """The names of the linear layers the patterns select, in module order."""
+            linear = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+            chosen: set[str] = set()
+            for field_name, prefixes in PARTS.items():
+                in_part = [n for n in linear if n.startswith(prefixes)]
+                for pattern in getattr(self, field_name):
+                    hits = [n for n in in_part if n == pattern or n.endswith("." + pattern)]
+                    if not hits:
+                        leaves = sorted({re.sub(r"^.*?\.\d+\.|^(" + "|".join(map(re.escape, prefixes)) + ")", "", n) for n in in_part})
+                        raise ConfigError(
+                            field_name, getattr(self, field_name), f"suffixes of linear layers under {' or '.join(prefixes)}",
+                            got=repr(pattern), hint=f"this model has {leaves}",
+                        )  # fmt: skip
+                    chosen.update(hits)
+            return [n for n in linear if n in chosen]
+
+    def __init__(self, config: LoRA.Config, peft_config, targets: list[str]) -> None:
+        self.config = config
+        self.peft_config = peft_config
+        self.targets = targets
+        self.scale = config.alpha / config.rank
+
+    # ---- weights under checkpoint names
+
+    def adapter_state(self, state: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        """The push of ``state`` (the trainer's named tensors): ``M.lora_A.weight`` = A and
+        ``M.lora_B.weight`` = scale * B for every adapted module, nothing else."""
+        for name, value in state:
+            if name.endswith(f".lora_A.{ADAPTER}.weight"):
+                yield name.replace(f".lora_A.{ADAPTER}.weight", LORA_A), value
+            elif name.endswith(f".lora_B.{ADAPTER}.weight"):
+                yield name.replace(f".lora_B.{ADAPTER}.weight", LORA_B), value * self.scale
+
+    def base_state(self, state: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        """The frozen base weights of the adapted modules under their checkpoint names
+        (``M.weight``): what the first push of a trainer adds, so the engine adapts the same base."""
+        for name, value in state:
+            if name.endswith(".base_layer.weight"):
+                yield name.replace(".base_layer.weight", ".weight"), value
+
+    def merged_state(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``state`` (the trainer's, unsharded) as a plain checkpoint of the family: every adapted
+        module's weight is ``W + scale * B A``, under the names the model had before adapters."""
+        merged = {}
+        for name, value in state.items():
+            if f".lora_A.{ADAPTER}." in name or f".lora_B.{ADAPTER}." in name:
+                continue
+            module, _, leaf = name.rpartition(".base_layer.")
+            if not module:
+                merged[name] = value
+            elif leaf == "weight":
+                a, b = state[f"{module}.lora_A.{ADAPTER}.weight"], state[f"{module}.lora_B.{ADAPTER}.weight"]
+                merged[f"{module}.weight"] = (value.double() + self.scale * b.double() @ a.double()).to(value.dtype)
+            else:
+                merged[f"{module}.{leaf}"] = value
+        return merged
+
+    # ---- the PEFT folder
+
+    def save_adapter(self, path: Path, state: Mapping[str, torch.Tensor], base_model: str) -> Path:
+        """A PEFT adapter folder at ``path`` (``adapter_config.json``, ``adapter_model.safetensors``)
+        that ``peft.PeftModel.from_pretrained(family_model, path)`` loads; ``state``: the trainer's
+        unsharded named tensors; ``base_model``: the checkpoint the adapters sit on."""
+        from safetensors.torch import save_file
+
+        path.mkdir(parents=True, exist_ok=True)
+        tensors = {
+            "base_model.model." + name.replace(f".{ADAPTER}.", "."): value.contiguous()
+            for name, value in state.items()
+            if f".lora_A.{ADAPTER}." in name or f".lora_B.{ADAPTER}." in name
+        }
+        with atomic_path(path / ADAPTER_WEIGHTS) as tmp:
+            save_file(tensors, str(tmp), metadata={"format": "pt"})
+        settings = self.peft_config.to_dict()
+        settings.update(base_model_name_or_path=str(base_model), target_modules=sorted(self.targets))
+        with atomic_path(path / ADAPTER_CONFIG) as tmp:
+            tmp.write_text(json.dumps(settings, indent=2, default=_jsonable))
+        return path
+
+
+def _jsonable(value: object) -> object:
+    """What ``LoraConfig.to_dict`` holds that JSON lacks (sets, enums)."""
+    if isinstance(value, set):
+        return sorted(value)
+    return getattr(value, "value", str(value))
