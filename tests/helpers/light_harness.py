@@ -67,3 +67,21 @@ class LightHarness(Harness):
 
 class OtherLightHarness(LightHarness):
     """A second codebase for tests that need two env pools."""
+
+
+class HangingLightHarness(LightHarness):
+    """Thread-bound (each instance on its own thread, as sync Playwright): a step of the episode
+    of ``hang_seed`` blocks ``hang_s`` seconds, past the env host's call timeout, and the close
+    that releasing the broken instance queues behind it on that thread times out too."""
+
+    thread_bound = True
+
+    def __init__(self, *, hang_seed: int | None = None, hang_s: float = 2.0, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.hang_seed = hang_seed
+        self.hang_s = hang_s
+
+    def step(self, action: Action) -> StepResult:
+        if self.hang_seed is not None and self._seed == self.hang_seed:
+            time.sleep(self.hang_s)
+        return super().step(action)

@@ -9,15 +9,20 @@ trainer and weight pushes) and, at a random moment of a random step, injects one
 - ``store_shard``: a store index shard killed (its index and the payloads it owned are gone; Ray
   restarts it empty);
 - ``grader_hang``: one judge call never returns;
-- ``harness_timeout``: one harness call (a thread-bound harness's reset) outlives the tenant timeout;
+- ``harness_timeout``: one harness call (a thread-bound harness's reset) outlives the tenant timeout,
+  and so does the close that releasing the broken instance queues behind it on its one thread;
 - ``hook_store_error``: the accept-time hook's store read raises, once;
+- ``pool_run_raises``: one ``pool.run`` of the driver raises (its group fails; the run goes on);
 - ``cache_miss_burst``: the engine's image cache is too small for any reference to hit.
 
 For each: ``injected`` (the fault happened), ``survived`` (the run finished its steps),
-``books_exact`` (generated = accepted + rejected + dropped + failed + stale + pending after
-every step), ``keys_left`` (store keys after the driver closed: 0 means nothing leaked),
-``error`` (what ended a run that did not survive, its type and first line) and the driver's
-failure reasons. Nothing is simulated: actors are killed with ``ray.kill``, the judge and the
+``books_exact`` (after every step and at close, the driver's books from independent counts agree:
+each outcome's count equals the sum of its reasons, generated = accepted + rejected + dropped +
+failed + stale + pending with pending the groups really open, and the book's open and buffered
+groups are the driver's own; ``Driver.books_drift``), ``books_drift`` (what disagreed, each line
+naming its counter), ``books`` (the driver's counts, reasons and incidents), ``keys_left`` (store
+keys after the driver closed: 0 means nothing leaked), ``error`` (what ended a run that did not
+survive, its type and first line) and the driver's failure reasons. Nothing is simulated: actors are killed with ``ray.kill``, the judge and the
 harness really stall.
 """
 
@@ -34,7 +39,7 @@ from typing import Any, ClassVar
 
 FAULTS = (
     "loop_host", "env_host", "engine", "store_shard",
-    "grader_hang", "harness_timeout", "hook_store_error", "cache_miss_burst",
+    "grader_hang", "harness_timeout", "hook_store_error", "pool_run_raises", "cache_miss_burst",
 )  # fmt: skip
 STEPS = {"smoke": 2, "small": 3, "full": 8}
 """RL steps per run (at least 2: the fault comes in any step but the last)."""
@@ -105,18 +110,21 @@ async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[s
 
     judge = Judge()
     store = FlakyStore(s.store)
+    pool = FlakyPool(s.meter)
     driver = Driver(
-        s.config.driver, s.config.sources, s.meter, store, grader=judge, tenant_factory=agent_loop_factory, seed=0
+        s.config.driver, s.config.sources, pool, store, grader=judge, tenant_factory=agent_loop_factory, seed=0
     )
     group = s.trainer_group(s.model_path)
-    armed = fault in ("grader_hang", "harness_timeout", "hook_store_error")
+    armed = fault in ("grader_hang", "harness_timeout", "hook_store_error", "pool_run_raises")
     at_step = 0 if armed else rng.randrange(steps - 1)  # armed faults need rollouts still to come
     injector = None
 
     def inject(step: int) -> None:
         nonlocal injector
         if step == at_step:
-            injector = asyncio.get_running_loop().create_task(_inject(fault, s, judge, store, rng.uniform(0.1, 1.0)))
+            injector = asyncio.get_running_loop().create_task(
+                _inject(fault, s, judge, store, pool, rng.uniform(0.1, 1.0))
+            )
 
     try:
         await run_steps(s, driver, group, steps, out, before_step=inject)
@@ -129,11 +137,12 @@ async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[s
         STALL_FLAG.unlink(missing_ok=True)
         try:
             await driver.close()
-            out["books_exact"] &= _balanced(driver.book)
+            _check_books(driver, out)
             out["keys_left"] = s.store.stats().keys
         except Exception as error:
             out.setdefault("error", f"close: {describe(error).splitlines()[0]}")
         out["reasons"] = dict(driver.book.reasons)
+        out["books"] = driver.book.report()
         group.shutdown()
 
 
@@ -148,10 +157,10 @@ async def run_steps(
         if before_step is not None:
             before_step(step)
         await rl_step(s, driver, group, step)
-        out["books_exact"] &= _balanced(driver.book)
+        _check_books(driver, out)
 
 
-async def _inject(fault: str, s: Any, judge: Judge, store: FlakyStore, delay_s: float) -> Any:
+async def _inject(fault: str, s: Any, judge: Judge, store: FlakyStore, pool: FlakyPool, delay_s: float) -> Any:
     """Wait ``delay_s`` into the step, then cause ``fault``; returns a check of whether it took
     effect (an armed stall or read failure counts once something ran into it)."""
     import ray
@@ -174,11 +183,18 @@ async def _inject(fault: str, s: Any, judge: Judge, store: FlakyStore, delay_s: 
     elif fault == "hook_store_error":
         store.fail_next_reads = 1
         return lambda: store.fail_next_reads == 0
+    elif fault == "pool_run_raises":
+        pool.fail_next_runs = 1
+        return lambda: pool.fail_next_runs == 0
     return lambda: True  # a kill, or the tiny image cache that misses from the start
 
 
-def _balanced(book: Any) -> bool:
-    return book.generated == book.accepted + book.rejected + book.dropped + book.failed + book.stale + book.pending
+def _check_books(driver: Any, out: dict[str, Any]) -> None:
+    """Fold the driver's books check into ``out``: exact so far, and every line that drifted."""
+    drift = driver.books_drift()
+    out["books_exact"] &= not drift
+    known = out.setdefault("books_drift", [])
+    known.extend([line for line in drift if line not in known])
 
 
 class Judge:
@@ -221,6 +237,23 @@ class FlakyStore:
             raise StoreError("chaos: an injected store read failure")
 
 
+class FlakyPool:
+    """The run's pool as the driver sees it; ``fail_next_runs`` runs raise before they start."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+        self.fail_next_runs = 0
+
+    async def run(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fail_next_runs > 0:
+            self.fail_next_runs -= 1
+            raise RuntimeError("chaos: an injected pool.run failure")
+        return await self._pool.run(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+
 CHAOS_DESKTOP = "chaos-desktop"
 STALL_FLAG = Path(tempfile.gettempdir()) / "vlrl-chaos-stall"
 """Dropped by the injector; the next reset of a ``chaos-desktop`` instance takes it and stalls."""
@@ -241,7 +274,7 @@ def _register_chaos_desktop() -> None:
                 STALL_FLAG.unlink()
             except FileNotFoundError:
                 return super().reset(**kwargs)
-            time.sleep(TIMEOUT_S * 2)
+            time.sleep(TIMEOUT_S * 2.5)  # past the call's timeout, and past the close queued behind it
             return super().reset(**kwargs)
 
     register(CHAOS_DESKTOP, StallingDesktop, override=True)

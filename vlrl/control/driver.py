@@ -24,8 +24,14 @@ A source with ``replay`` keeps one success of each hard task (a trained group th
 rarely) and plays the task again; the kept success joins a revisit that solved nothing
 (``control.replay``), and the buffer owns its keys until it deletes them, each for a counted reason.
 
-Books are kept in groups: ``generated == accepted + rejected + dropped + failed + stale + pending``
-at every step, and every accepted group is trained exactly once.
+Books are kept in groups, each term counted from what really happened, never derived from the
+others: the outcome counters are bumped where a group leaves, with its reason; ``pending`` is the
+number of groups the book holds as open (rolling out, grading, deciding), and the accepted groups
+not trained yet are held as buffered, training, or deleted at close. ``DriverBook.drift`` compares
+them, ``Driver.books_drift`` also against the driver's own queues: the counts equal the sums of
+their reasons, ``generated == accepted + rejected + dropped + failed + stale + pending``, and
+``accepted == trained + held``. A counter bumped by mistake is named there. Store troubles that do
+not end a group (a failed delete) are ``incidents``, not reasons.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from vlrl.control.task_seeds import TaskSeeds
 from vlrl.mm import image_refs
 from vlrl.pool.budget import split_by_shares
 from vlrl.pool.harness_pool import HarnessPool
+from vlrl.pool.remote_errors import describe
 from vlrl.pool.tenant import Tenant, TenantOutcome, lost_writers
 from vlrl.records import AcceptedGroup, Batch, SeqMeta, group_id_of
 from vlrl.store import ShardLostError, StoreError, StoreTimeoutError
@@ -65,9 +72,20 @@ TenantFactory = Callable[[DataSource, int, str, int], Tenant]
 training job passes ``rollout.agent_loop.agent_loop_factory``."""
 
 
+OUTCOMES = ("rejected", "dropped", "failed", "stale")
+"""How a group leaves untrained; each leave is counted with its reason."""
+
+OPEN = ("rolling out", "grading", "deciding")
+"""Where a group not decided yet is: ``pending`` counts these."""
+
+HELD = ("buffered", "training", "deleted at close")
+"""Where an accepted group not trained yet is (deleted at close: the run ended first; its task is
+still open in ``TaskSeeds``, so a resumed run plays it again)."""
+
+
 @dataclass(slots=True)
 class DriverBook:
-    """Group counts of the whole run, and why groups left."""
+    """Group counts of the whole run, why groups left, and where every group still held is."""
 
     generated: int = 0
     accepted: int = 0
@@ -81,10 +99,41 @@ class DriverBook:
     """Generated tokens of trained groups left out of the loss: sampled by a policy version
     older than their batch's ``min_version``."""
     reasons: Counter[str] = field(default_factory=Counter)
+    """``"<outcome>: <kind>"`` -> groups that left so; per outcome they add up to its count."""
+    incidents: Counter[str] = field(default_factory=Counter)
+    """Store troubles that ended no group (a delete or release that failed on a dead shard)."""
+    where: dict[str, str] = field(default_factory=dict)
+    """Group id -> where it is, for every group generated and neither left nor trained (``OPEN``
+    or ``HELD``); written at each move, independently of the counters."""
 
     @property
     def pending(self) -> int:
-        return self.generated - self.accepted - self.rejected - self.dropped - self.failed - self.stale
+        """Groups open now (rolling out, being graded or decided), counted from ``where``."""
+        return sum(1 for place in self.where.values() if place in OPEN)
+
+    def held(self) -> int:
+        """Accepted groups not trained: buffered, with the trainer, or deleted at close."""
+        return sum(1 for place in self.where.values() if place in HELD)
+
+    def drift(self) -> list[str]:
+        """Where the books disagree with themselves, each naming its counter; [] when exact."""
+        problems = []
+        for outcome in OUTCOMES:
+            count = getattr(self, outcome)
+            told = sum(n for reason, n in self.reasons.items() if reason.startswith(f"{outcome}: "))
+            if count != told:
+                problems.append(f"{outcome}: counted {count}, but its reasons add up to {told}")
+        left = self.accepted + sum(getattr(self, outcome) for outcome in OUTCOMES)
+        if self.generated != left + self.pending:
+            problems.append(
+                f"generated: counted {self.generated}, but accepted + rejected + dropped + failed + stale"
+                f" = {left} and {self.pending} are open"
+            )
+        if self.accepted != self.trained + self.held():
+            problems.append(
+                f"accepted: counted {self.accepted}, but {self.trained} were trained and {self.held()} are held"
+            )
+        return problems
 
     def report(self) -> dict[str, Any]:
         return {
@@ -98,7 +147,8 @@ class DriverBook:
             "pending": self.pending,
             "trained": self.trained,
             "stale_tokens": self.stale_tokens,
-            "reasons": dict(self.reasons.most_common(8)),
+            "reasons": dict(self.reasons),
+            "incidents": dict(self.incidents),
         }
 
 
@@ -205,6 +255,8 @@ class Driver:
         """Run rollouts until every source has its share of accepted groups, then yield a batch."""
         await self.fill(policy_version)
         groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
+        for group in groups:
+            self.book.where[group.group_id] = "training"
         self._step += 1
         return Batch(self._step, groups, min_version=policy_version - self.config.max_staleness)
 
@@ -248,7 +300,7 @@ class Driver:
         try:
             present, held = self.store.contains(keys), self.store.holds(refs)
         except SHARD_ERRORS as error:
-            self.book.reasons[f"batch check failed: {type(error).__name__}"] += 1
+            self.book.incidents[f"batch check failed: {type(error).__name__}"] += 1
             return None
         lost_keys = {key for key, ok in zip(keys, present) if not ok}
         lost_keys |= {holder for (_, holder), ok in zip(refs, held) if not ok}
@@ -271,6 +323,7 @@ class Driver:
         yields the step again with the rest and fresh groups."""
         for group in reversed(batch.groups):
             self._buffer[group.source].appendleft(group)
+            self.book.where[group.group_id] = "buffered"
         self._step -= 1
 
     def consumed(self, batch: Batch) -> None:
@@ -284,6 +337,7 @@ class Driver:
             if again:
                 self.seeds.revisit(*task)
             self.seeds.close(group.group_id)
+            del self.book.where[group.group_id]
         self._delete([meta for meta in batch.sequences if meta.key not in kept])
         self.book.trained += len(batch.groups)
         if batch.min_version is not None:
@@ -307,6 +361,7 @@ class Driver:
         for buffered in self._buffer.values():
             for group in buffered:
                 self._delete(group.metas)
+                self.book.where[group.group_id] = "deleted at close"
             buffered.clear()
         self.replay.close()
 
@@ -333,8 +388,9 @@ class Driver:
     async def _play_group(self, source: DataSource) -> None:
         seed, group_id = self.seeds.start(source.name)
         self.book.generated += 1
+        self.book.where[group_id] = "rolling out"
         try:
-            outcomes = await asyncio.gather(
+            returned = await asyncio.gather(
                 *(
                     self.pool.run(
                         self.make_tenant(source, seed, group_id, index),
@@ -343,10 +399,12 @@ class Driver:
                         tenant_id=f"{group_id}/{index}",
                     )
                     for index in range(source.group_size)
-                )
+                ),
+                return_exceptions=True,  # a raising run fails its group, not the driver
             )
         finally:
             self._in_flight[source.name] -= 1
+        outcomes = [_as_outcome(f"{group_id}/{index}", value) for index, value in enumerate(returned)]
         self._take_back(lost_writers(outcomes))
         metas = tuple(meta for outcome in outcomes if outcome.status == "ok" for meta in outcome.value)
         failed = [outcome for outcome in outcomes if outcome.status != "ok"]
@@ -359,6 +417,7 @@ class Driver:
         if self.grader is not None:
             self.grader.submit(metas)
             self._grading[source.name] += 1
+            self.book.where[group_id] = "grading"
         else:
             await self._decide(source.name, metas)
 
@@ -402,6 +461,7 @@ class Driver:
     # -- group lifecycle ---------------------------------------------------------------------
 
     async def _decide(self, source: str, metas: tuple[SeqMeta, ...]) -> None:
+        self.book.where[group_id_of(metas)] = "deciding"
         try:
             decision = await self._hook_with_retries(metas)
         except STORE_ERRORS as error:
@@ -413,6 +473,7 @@ class Driver:
             self._leave(decision.group_id, decision.status, decision.reason)
             return
         self.book.accepted += 1
+        self.book.where[decision.group_id] = "buffered"
         version = min(meta.policy_version for meta in metas)
         self._buffer[source].append(AcceptedGroup(decision.group_id, source, metas, decision, version))
 
@@ -446,13 +507,13 @@ class Driver:
         try:
             self.store.delete(keys, missing_ok=missing_ok)
         except SHARD_ERRORS as error:
-            self.book.reasons[f"delete failed: {type(error).__name__}"] += 1
+            self.book.incidents[f"delete failed: {type(error).__name__}"] += 1
             with contextlib.suppress(*SHARD_ERRORS):
                 self.store.delete(keys, missing_ok=True)
         try:
             self.store.release(image_refs(metas))
         except SHARD_ERRORS as error:  # each live shard released its keys before the error came back
-            self.book.reasons[f"release failed: {type(error).__name__}"] += 1
+            self.book.incidents[f"release failed: {type(error).__name__}"] += 1
 
     def _take_back(self, writers: list[str]) -> None:
         """Undo what runs wrote before their loop host died (nobody else can)."""
@@ -461,13 +522,38 @@ class Driver:
         try:
             self.store.take_back(writers)
         except SHARD_ERRORS as error:  # every live shard took back its part before the error came back
-            self.book.reasons[f"take back failed: {type(error).__name__}"] += 1
+            self.book.incidents[f"take back failed: {type(error).__name__}"] += 1
 
     def _leave(self, group_id: str, status: str, reason: str) -> None:
         self.replay.untrained(self.seeds.task(group_id), status)
         self.seeds.close(group_id)
         setattr(self.book, status, getattr(self.book, status) + 1)
         self.book.reasons[f"{status}: {_reason_kind(reason)}"] += 1
+        del self.book.where[group_id]
+
+    def books_drift(self) -> list[str]:
+        """``DriverBook.drift``, and where the book's places disagree with the driver's own queues
+        (groups in flight, being graded, buffered); [] when the books are exact."""
+        problems = self.book.drift()
+        places = Counter(self.book.where.values())
+        actual = {
+            "rolling out": sum(self._in_flight.values()),
+            "grading": sum(self._grading.values()),
+            "buffered": sum(len(buffered) for buffered in self._buffer.values()),
+        }
+        for place, count in actual.items():
+            if places[place] != count:
+                problems.append(f"pending: the book holds {places[place]} group(s) {place}, the driver {count}")
+        return problems
+
+
+def _as_outcome(tenant_id: str, returned: TenantOutcome | BaseException) -> TenantOutcome:
+    """A run's outcome; an error ``pool.run`` raised becomes a failed one that names it."""
+    if isinstance(returned, BaseException):
+        if not isinstance(returned, Exception):  # cancellation, KeyboardInterrupt: not the group's failure
+            raise returned
+        return TenantOutcome(tenant_id, "failed", error=f"pool.run raised {describe(returned)}")
+    return returned
 
 
 def _failure_reason(failed: list[TenantOutcome]) -> str:

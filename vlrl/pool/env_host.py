@@ -184,6 +184,12 @@ class EnvHost:
     async def _close(self, instance: _Instance) -> None:
         try:
             await self._call(instance.executor, instance.harness.close)
+        except asyncio.TimeoutError:
+            raise HarnessError(
+                f"closing a harness instance on env host {self._index} ran longer than"
+                f" {self._config.tenant_timeout_s:g} s (its thread may still be stuck in an earlier call);"
+                " the instance is abandoned"
+            ) from None
         finally:
             if instance.dedicated:
                 instance.executor.shutdown(wait=False)

@@ -4,8 +4,9 @@
 and leases it a harness instance on the env host of that codebase with the fewest leased
 instances. A tenant whose host dies is resubmitted (bounded attempts) on a fresh host; a tenant
 that fails by itself is reported, not retried. The book counts every run, so no trajectory is
-lost silently, and the outcome names the runs whose loop host died (``lost_writers``), so that
-whoever owns the store takes back what they wrote before dying.
+lost silently, and the outcome names the runs whose loop host died or whose host's ``run`` raised
+past its own handling (``lost_writers``), so that whoever owns the store takes back what they
+wrote. No error of a run, or of releasing its harness instances, leaves ``run`` unrecorded.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from vlrl.pool.env_host import EnvHost
 from vlrl.pool.host_config import HostConfig
 from vlrl.pool.host_pool import HostLease, HostPool
 from vlrl.pool.loop_host import LoopHost
+from vlrl.pool.remote_errors import describe
 from vlrl.pool.tenant import EnvAssignment, Tenant, TenantOutcome
 
 
@@ -141,6 +143,7 @@ class HarnessPool:
                 run_id = f"{tenant_id}.{attempt}"
                 outcome = await self._attempt(tenant, run_id, codebase, env_settings or {})
                 if outcome.status in ("ok", "failed", "timeout"):
+                    lost.extend(outcome.lost_writers)
                     outcome = TenantOutcome(
                         tenant_id, outcome.status, outcome.value, outcome.error, outcome.host, tuple(lost)
                     )
@@ -198,9 +201,13 @@ class HarnessPool:
         except RayActorError as error:
             if await self.loop.replace_dead(loop_lease):
                 self.book.loop_host_deaths += 1
-            if env_lease is not None:
-                await _release_quietly(env_lease, run_id)
-            return TenantOutcome(run_id, "loop_host_died", error=type(error).__name__)
+            note = await _release_quietly(env_lease, run_id) if env_lease is not None else ""
+            return TenantOutcome(run_id, "loop_host_died", error=type(error).__name__ + note)
+        except Exception as error:  # the host's run raised past its own handling: a failed run, not a lost one
+            note = await _release_quietly(env_lease, run_id) if env_lease is not None else ""
+            error_text = f"loop host's run raised {describe(error)}{note}"
+            # its writes were not taken back on the host: the caller that owns the store does it
+            return TenantOutcome(run_id, "failed", error=error_text, lost_writers=(run_id,))
         finally:
             await self.loop.release(loop_lease)
             if env_pool is not None and env_lease is not None:
@@ -211,8 +218,13 @@ class HarnessPool:
         return outcome
 
 
-async def _release_quietly(lease: HostLease, run_id: str) -> None:
+async def _release_quietly(lease: HostLease, run_id: str) -> str:
+    """End a run's leases on its env host; never raises. Returns a note for the run's error when
+    the release failed (e.g. closing a broken instance timed out), else ''."""
     try:
         await lease.host.release_tenant.remote(run_id)
     except RayActorError:  # the env host died too; it holds nothing any more
         pass
+    except Exception as error:
+        return f"; releasing its harness instances failed: {describe(error)}"
+    return ""

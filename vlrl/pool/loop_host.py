@@ -14,6 +14,7 @@ import os
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from ray.exceptions import RayActorError
@@ -36,9 +37,10 @@ class LoopHost:
         ctx = TenantContext(tenant_id, self._shared, self._run_blocking, env)
         task = asyncio.ensure_future(tenant.run(ctx))
         self._running[tenant_id] = task
+        problems: list[str] = []
         try:
             value = await asyncio.wait_for(task, self._config.tenant_timeout_s)
-            return TenantOutcome(tenant_id, "ok", value=value, host=self._index)
+            outcome = TenantOutcome(tenant_id, "ok", value=value, host=self._index)
         except asyncio.TimeoutError:
             limit = self._config.tenant_timeout_s
             outcome = TenantOutcome(tenant_id, "timeout", error=f"ran longer than {limit:g} s", host=self._index)
@@ -48,7 +50,12 @@ class LoopHost:
             outcome = TenantOutcome(tenant_id, "failed", error=_describe(error, with_trace=True), host=self._index)
         finally:
             del self._running[tenant_id]
-            await ctx.close()
+            problems = await ctx.close()  # never raises
+        if problems:  # the trajectory stands; the failed release is reported with it
+            note = "; ".join(problems)
+            outcome = replace(outcome, error=f"{outcome.error}; {note}" if outcome.error else note)
+        if outcome.status == "ok":
+            return outcome
         return await self._take_back(ctx, outcome)
 
     async def in_flight(self) -> int:

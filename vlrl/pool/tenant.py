@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from ray.exceptions import RayActorError, RayTaskError
 
 from vlrl.harness import Action, ActionError, Observation, StepResult
-from vlrl.pool.remote_errors import EnvCallError, cause_of
+from vlrl.pool.remote_errors import EnvCallError, cause_of, describe
 from vlrl.pool.screens import ShippedObservation, new_receiver
 from vlrl.store import WriteLedger
 
@@ -38,8 +38,9 @@ class TenantOutcome:
     error: str | None = None
     host: int | None = None
     lost_writers: tuple[str, ...] = ()
-    """Runs of this tenant whose loop host died under them: store writes they made could not be
-    taken back by the host, so the caller that owns the store does it (``PayloadStore.take_back``)."""
+    """Runs of this tenant whose loop host died under them (or whose host's ``run`` raised): store
+    writes they made could not be taken back by the host, so the caller that owns the store does
+    it (``PayloadStore.take_back``)."""
 
 
 def lost_writers(outcomes: list[TenantOutcome]) -> list[str]:
@@ -137,10 +138,17 @@ class TenantContext:
         self._sessions.append(session)
         return session
 
-    async def close(self) -> None:
-        """Release every instance this tenant opened (best effort: the env host may be gone)."""
+    async def close(self) -> list[str]:
+        """Release every instance this tenant opened, best effort; returns what went wrong. It
+        never raises: a release can fail (a broken instance whose close times out on the thread
+        still stuck in its last call), and the host must still take back the tenant's writes and
+        report how it ended."""
+        problems = []
         for session in self._sessions:
             try:
                 await asyncio.shield(session.release())
             except RayActorError:  # a dead env host has nothing left to release
                 pass
+            except Exception as error:
+                problems.append(f"releasing harness instance {session.instance_id} failed: {describe(error)}")
+        return problems

@@ -23,6 +23,7 @@ from vlrl.store.ray_store import RayStore
 
 register("light", "tests.helpers.light_harness:LightHarness")
 register("light-other", "tests.helpers.light_harness:OtherLightHarness")
+register("light-hang", "tests.helpers.light_harness:HangingLightHarness")
 
 A = DataSource(name="a", codebase="light", group_size=4, batch_share=3.0, env=EnvSettings(params={"step_s": 0.01}))
 B = DataSource(name="b", codebase="light-other", group_size=2, batch_share=1.0, env=EnvSettings(params={"step_s": 0.01}))
@@ -53,7 +54,9 @@ def _factory(version: int = 0):
 
 
 def _balanced(book) -> bool:
-    return book.generated == book.accepted + book.rejected + book.dropped + book.failed + book.stale + book.pending
+    """The books from independent counts agree: outcomes add up to their reasons, generated to the
+    outcomes and the open groups, accepted to the trained and held groups (``DriverBook.drift``)."""
+    return book.drift() == []
 
 
 def one_batch(driver: Driver) -> Batch:
@@ -123,6 +126,37 @@ def test_failed_trajectories_fail_their_group_and_the_books_balance(parts, caplo
     (logged,) = [r.getMessage() for r in caplog.records if "failed; its first failed" in r.getMessage()]
     assert logged.startswith("group a/3 failed") and "harness exploded" in logged  # the whole error, with its group
     assert _balanced(book) and store.stats().keys == 0
+
+
+def test_a_hung_thread_bound_harness_whose_release_times_out_fails_its_group_counted(ray_session, caplog):
+    """The step of task seed 1 outlives the env host's call timeout on the instance's only thread,
+    so the close that its release queues there times out too: the group fails as a counted
+    outcome naming both, no key is left, and the run goes on to its batch."""
+    store = RayStore.Config(namespace=uuid.uuid4().hex[:8]).build()
+    pool = HarnessPool.Config(
+        budget=HostBudget(total_hosts=2, shares={"loop": 1, "light-hang": 1}),
+        loop_host=HostConfig(max_tenants=64),
+        env_host=HostConfig(max_tenants=64, tenant_timeout_s=1.0),
+        max_attempts=1,
+    ).build(loop_setup=StoreSetup(store))
+    hanging = DataSource(
+        name="a", codebase="light-hang", group_size=2, env=EnvSettings(params={"hang_seed": 1, "hang_s": 3.0})
+    )
+    driver = Driver(Driver.Config(groups_per_batch=1), [hanging], pool, store, tenant_factory=_factory())
+    try:
+        with caplog.at_level("WARNING", logger="vlrl.control.driver"):
+            batch = one_batch(driver)
+        book = driver.book
+        assert len(batch.groups) == 1 and book.trained == 1  # the run went on
+        assert book.failed == 1 and _balanced(book), book.drift()
+        (logged,) = [r.getMessage() for r in caplog.records if "failed; its first failed" in r.getMessage()]
+        assert logged.startswith("group a/1 failed") and "EnvHost.step() raised HarnessError" in logged
+        assert "releasing harness instance a/1/" in logged and "closing a harness instance" in logged
+        assert pool.book.balanced() and pool.book.failed == 2
+        assert store.stats().keys == 0
+    finally:
+        pool.shutdown()
+        store.destroy()
 
 
 def test_a_batch_that_never_fills_stops_the_driver_with_the_reasons(parts):

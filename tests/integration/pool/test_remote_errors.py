@@ -10,7 +10,7 @@ import pytest
 
 from vlrl.harness import register
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode
-from vlrl.pool.remote_errors import describe
+from vlrl.pool.remote_errors import EnvCallError, cause_of, describe
 
 register("light", "tests.helpers.light_harness:LightHarness")
 
@@ -49,3 +49,18 @@ def test_describe_unwraps_ray_s_wrapper_and_strips_colours(ray_session):
         ray.get(boom.remote())
     text = describe(caught.value)
     assert text == f"ValueError: red {LONG}"
+
+
+def test_an_env_call_error_crosses_ray_with_its_type_fields_and_whole_message(ray_session):
+    ray = ray_session
+
+    @ray.remote
+    def relay():
+        raise EnvCallError("light", "step()", TimeoutError(f"stuck {LONG}"))
+
+    with pytest.raises(Exception) as caught:
+        ray.get(relay.remote())
+    cause = cause_of(caught.value)
+    assert type(cause) is EnvCallError  # not UnserializableException
+    assert str(cause) == f"harness 'light': EnvHost.step() raised TimeoutError: stuck {LONG}"
+    assert (cause.codebase, cause.call, str(cause.cause)) == ("light", "step()", f"stuck {LONG}")
