@@ -99,7 +99,7 @@ def batch_metrics(batch: Batch, version: int) -> dict[str, float]:
 
 def book_metrics(book: DriverBook) -> dict[str, float]:
     """The driver's group books since the run started."""
-    return {f"groups/{k}": v for k, v in book.report().items() if k != "reasons"}
+    return {f"groups/{k}": v for k, v in book.report().items() if k not in ("reasons", "incidents")}
 
 
 def staleness_histogram(batch: Batch, version: int) -> dict[int, int]:

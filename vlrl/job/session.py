@@ -64,10 +64,10 @@ class RunState:
     """Last RL checkpoint, '' before the first."""
     success: dict[str, float] = field(default_factory=dict)
     """Held-out success by evaluation tag ('chance', 'base', 'warm', 'step10', ...)."""
-    group_reasons: dict[str, int] = field(default_factory=dict)
-    """Groups the driver let go untrained, and its own faults, by reason ('rejected: pass rate
-    above max', 'failed: 1 trajectory(ies) error: ...'): counted across a resume, and written to
-    ``summary.json``, so a run says why its groups left."""
+    group_books: dict[str, Any] = field(default_factory=dict)
+    """The RL stage's driver book (``DriverBook.report``: counts, the reason of every group that
+    left untrained, store incidents, and ``drift``: what disagreed), taken after the driver
+    closed, so that ``summary.json``'s counts and reasons are one snapshot and add up."""
 
 
 

@@ -309,7 +309,7 @@ class TrainJob:
                 await self._evaluate(s, state, "warm" if state.step == 0 else f"step{state.step}")
             if state.step >= config.steps:  # a finished run resumed: its final evaluation needs its weights
                 return
-            generated_before, reasons_before = state.generated, Counter(state.group_reasons)
+            generated_before = state.generated
             grader = None if s.teacher is None else TeacherScorer(EngineTeacher(s.teacher), s.store)
             driver = Driver(
                 config.driver,
@@ -326,14 +326,14 @@ class TrainJob:
                 while state.step < config.steps:
                     await self._rl_step(s, state, driver, group)
                     state.generated = generated_before + driver.book.generated
-                    state.group_reasons = dict(reasons_before + driver.book.reasons)
                     if should_checkpoint(state.step, config.checkpoint_every, config.steps):
                         state.next_seeds, state.open_seeds = driver.seeds.next_seeds, driver.seeds.open_seeds()
                         await self._checkpoint(s, state, group)
             finally:
                 await driver.close()
                 state.generated = generated_before + driver.book.generated
-                state.group_reasons = dict(reasons_before + driver.book.reasons)
+                # what disagreed in the books, each line naming its counter ([]: exact)
+                state.group_books = {**driver.book.report(), "drift": driver.books_drift()}
         finally:
             group.shutdown()
 
@@ -435,7 +435,7 @@ def _summary(config: TrainJob.Config, state: RunState, s: JobSession, wall_s: fl
         "wall_s": round(wall_s, 1),
         "sources": per_source,
         "eval_episodes_per_source": config.eval.episodes,
-        "groups": {**book_metrics_last(records), "reasons": state.group_reasons},
+        "groups": state.group_books,
         "store_keys_left": s.store.stats().keys,
         "run_dir": str(s.run_dir),
         "model": config.model_path,
@@ -446,11 +446,6 @@ def _summary(config: TrainJob.Config, state: RunState, s: JobSession, wall_s: fl
 
 def _first(records: list[dict[str, Any]], key: str) -> Any:
     return next((r[key] for r in records if key in r), None)
-
-
-def book_metrics_last(records: list[dict[str, Any]]) -> dict[str, Any]:
-    rl = [r for r in records if r.get("phase") == "rl"]
-    return {k.removeprefix("groups/"): v for k, v in rl[-1].items() if k.startswith("groups/")} if rl else {}
 
 
 def _cause(outcome: TenantOutcome) -> str:
