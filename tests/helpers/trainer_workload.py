@@ -116,12 +116,15 @@ def reference_step(
     betas: tuple[float, float],
     max_grad_norm: float,
     kl_reference=None,
+    adapt=None,
 ) -> tuple[float, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Loss, every parameter's gradient, and the weights after clipping and one AdamW step, each
     sequence forwarded on its own; ``kl_reference``: the checkpoint whose logprobs the KL term
-    compares against."""
+    compares against; ``adapt``: called on the loaded model first (LoRA adapters put in)."""
     processor = AutoProcessor.from_pretrained(model_path)
     model = family_of(model_path).load(model_path, dtype=torch.float64)
+    if adapt is not None:
+        adapt(model)
     reference = None if kl_reference is None else family_of(kl_reference).load(kl_reference, dtype=torch.float64)
     loss_fn = loss_config.build()
     counts = [int(work.rows[m.key]["loss_mask"][1:].sum()) for m in work.metas]

@@ -34,6 +34,7 @@ from vlrl.job.tracking import IDS_FILE
 from vlrl.mm import delete_sequences
 from vlrl.models import family_of
 from vlrl.records import SeqMeta
+from vlrl.rollout.engine import VLLMEngine
 from vlrl.rollout.engine.weights_keeper import weights_keeper
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY
@@ -181,13 +182,15 @@ class JobSession:
             loss=c.loss if loss is None else loss,
             micro_batches=c.micro_batches,
             steps=c.steps if steps is None else steps,
+            lora=c.lora,
         )
 
     async def push_weights(self, group: TrainerGroup, version: int) -> None:
         """To every engine and, for replicas that restart, to their weights keepers; a replica that
         is down does not fail the push."""
         keepers = [k for k in map(weights_keeper, self.engines) if k is not None]
-        await asyncio.to_thread(group.push_weights, self.engines, version, keepers)
+        merged = isinstance(self.config.engine, VLLMEngine.Config)  # vLLM is not given LoRA adapters (docs/training.md)
+        await asyncio.to_thread(group.push_weights, self.engines, version, keepers, merged)
         self.engine_version = version
 
     async def weight_pause_s(self) -> float:

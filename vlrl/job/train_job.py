@@ -57,6 +57,8 @@ from vlrl.rollout.rollout_side import RolloutSide
 from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.optimizer import Optimizer
+from vlrl.train.lora import LoRA
+from vlrl.train.trainer import check_lora_fits
 from vlrl.train.trainer_group import TrainerGroup, check_layout
 
 class TrainJob:
@@ -86,6 +88,11 @@ class TrainJob:
         layout: Layout = field(default_factory=Layout)
         """The trainer's ranks as DP x CP x TP (and sequence parallelism): the one description of
         the mesh (``--set layout.dp=2``)."""
+
+        lora: LoRA.Config = field(default_factory=LoRA.Config)
+        """Low-rank adapters in place of full fine-tuning, in the warm start and the RL stage
+        (``--set lora.rank=16``; rank 0: every weight trains): only the adapters train, are pushed
+        and get optimizer state; checkpoints add a PEFT adapter folder (docs/training.md)."""
 
         trainer: TrainerGroup.Config = field(default_factory=TrainerGroup.Config)
         """What every trainer rank loads and reserves (dtype, plug-in encoder, KL reference, Ray
@@ -147,6 +154,8 @@ class TrainJob:
                 check_layout(self.layout)
             except ConfigError as error:
                 raise error.under("layout") from None
+            if self.lora.enabled:
+                check_lora_fits(self.lora, self.layout, self.trainer.encoder)
             try:
                 self.driver.quotas(self.sources)
             except ConfigError as error:

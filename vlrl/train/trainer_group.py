@@ -24,6 +24,7 @@ from vlrl.config import ConfigError, Ge, Gt, validate
 from vlrl.config.moved import moved_attribute
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.records import SeqMeta
+from vlrl.train.lora import LoRA
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer import RankModel, StepInputsLost, Trainer
@@ -88,9 +89,10 @@ class TrainerWorker:
     def step(self, metas: list[SeqMeta], min_version: int | None = None) -> dict[str, float]:
         return self.trainer.step(metas, min_version)
 
-    def weights(self) -> dict | None:
-        """Rank 0 returns every weight (Ray stores the result in the object store); others None."""
-        return self.trainer.full_weights()
+    def weights(self, merged: bool = False) -> dict | None:
+        """Rank 0 returns what a push carries (``Trainer.push_state``; Ray stores the result in the
+        object store); others None."""
+        return self.trainer.push_state(merged)
 
     def save(self, path: str, extra: dict) -> str:
         return str(self.trainer.save(path, extra))
@@ -133,11 +135,12 @@ class TrainerGroup:
             raise moved_attribute(type(self).__qualname__, "trainer", name)
 
         def rank_config(
-            self, *, optim: Optimizer.Config, loss: PolicyLoss.Config, micro_batches: MicroBatchPlanner.Config
-        ) -> Trainer.Config:
+            self, *, optim: Optimizer.Config, loss: PolicyLoss.Config, micro_batches: MicroBatchPlanner.Config,
+            lora: LoRA.Config | None = None,
+        ) -> Trainer.Config:  # fmt: skip
             """The config every rank's ``Trainer`` is built from."""
             shared = {f.name: getattr(self, f.name) for f in fields(RankModel)}
-            return Trainer.Config(**shared, optim=optim, loss=loss, micro_batches=micro_batches)
+            return Trainer.Config(**shared, optim=optim, loss=loss, micro_batches=micro_batches, lora=lora or LoRA.Config())
 
         def build(
             self,
@@ -149,11 +152,12 @@ class TrainerGroup:
             loss: PolicyLoss.Config,
             micro_batches: MicroBatchPlanner.Config,
             steps: int = 0,
+            lora: LoRA.Config | None = None,
         ) -> TrainerGroup:
             """``model_path``: the checkpoint folder every rank loads (the policy's, or a checkpoint's
             ``hf/``); ``layout``: the ranks (``--set layout.dp=2``); ``steps``: the stage's optimizer
-            steps, over which ``optim.schedule`` runs."""
-            rank = validate(self.rank_config(optim=optim, loss=loss, micro_batches=micro_batches))
+            steps, over which ``optim.schedule`` runs; ``lora``: adapters in place of full fine-tuning."""
+            rank = validate(self.rank_config(optim=optim, loss=loss, micro_batches=micro_batches, lora=lora))
             return TrainerGroup(self, rank, model_path=model_path, store_config=store_config, layout=layout, steps=steps)
 
     def __init__(
@@ -204,8 +208,10 @@ class TrainerGroup:
             ray.wait(refs, num_returns=len(refs))  # every rank has left the step
             raise error.cause from None
 
-    def push_weights(self, engines: list[Any], version: int, keepers: Sequence[Any] = ()) -> None:
-        """Rank 0's full weights to every engine as ``version``, through the object store.
+    def push_weights(self, engines: list[Any], version: int, keepers: Sequence[Any] = (), merged: bool = False) -> None:
+        """Rank 0's weights (under LoRA the adapters alone, or with ``merged`` every weight with the
+        adapters merged in: ``Trainer.push_state``) to every engine as ``version``, through the
+        object store.
 
         ``keepers`` (actors with ``keep(refs, version)``: the engines' ``WeightsKeeper``s) get the
         weights' ref first, so a replica that restarts, now or later, loads them before serving.
@@ -214,7 +220,7 @@ class TrainerGroup:
         import ray
         from ray.exceptions import RayActorError
 
-        refs = [w.weights.remote() for w in self.workers]  # collective: every rank gathers
+        refs = [w.weights.remote(merged) for w in self.workers]  # collective: every rank gathers
         ray.get(refs[1:])
         ray.get([keeper.keep.remote([refs[0]], version) for keeper in keepers])  # the ref, not the weights
         updates = [engine.update_weights.remote(refs[0], version) for engine in engines]

@@ -1,0 +1,170 @@
+"""LoRA (issue 38) on gloo processes: one step under DP 2 (FSDP2) and CP 2 equals a plain
+single-process Hugging Face + PEFT forward of each sequence (loss, adapter gradients, adapters
+after the step), every frozen weight stays bit-identical, a push carries only the adapters and
+leaves the embedded engine scoring as the trainer's model does, and the checkpoint's PEFT folder
+reloads on the family's transformers class with the same logits.
+
+The adapters' ``B`` is set to non-zero values before the step (PEFT starts it at 0, where ``A``'s
+gradient is 0 and engine == trainer holds trivially)."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+from datetime import timedelta
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from transformers import AutoProcessor
+
+from tests.helpers.chat import part
+from tests.helpers.trainer_workload import make_workload, reference_step, reference_token_logprobs
+from tests.integration.train.test_trainer_parallel import LOSS, trainer_config
+from vlrl.models import build_tiny, family_of
+from vlrl.models.adapters import LORA_A, LORA_B
+from vlrl.pack import Layout
+from vlrl.rollout.engine.images import preprocess
+from vlrl.rollout.engine.runner import ModelRunner
+from vlrl.train.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LoRA
+from vlrl.train.trainer import ADAPTER_DIR
+
+LORAS = {
+    "qwen2_vl": LoRA.Config(rank=4, alpha=8, tower_modules=("attn.qkv",), merger_modules=("mlp.0",)),
+    "qwen2_5_vl": LoRA.Config(rank=2, alpha=4, tower_modules=("mlp.up_proj",), merger_modules=("mlp.2",)),
+    "qwen3_vl": LoRA.Config(rank=4, alpha=8, llm_modules=("q_proj", "down_proj"), tower_modules=("attn.proj",),
+                            merger_modules=("linear_fc1",)),  # fmt: skip
+}
+LAYOUTS = [(2, 1, 1), (1, 2, 1)]
+
+
+def nonzero_b(names_shapes) -> dict[str, torch.Tensor]:
+    """Deterministic non-zero values for every ``lora_B`` (float64)."""
+    return {
+        name: 0.05 * torch.sin(torch.arange(int(np.prod(shape)), dtype=torch.float64) + i).reshape(shape)
+        for i, (name, shape) in enumerate(sorted(names_shapes))
+        if ".lora_B." in name
+    }
+
+
+def _rank_main(rank: int, world: int, path: str, work_file: str, rdzv: str, out_file: str, ckpt: str, config) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world, timeout=timedelta(seconds=180))
+    with open(work_file, "rb") as f:
+        work = pickle.load(f)
+    store = work.store()
+    results = {}
+    try:
+        for shape in LAYOUTS:
+            trainer = config.build(model_path=path, store=store, layout=Layout(*shape))
+            hf = trainer.model.model
+            b = nonzero_b((n, p.shape) for n, p in hf.named_parameters())
+            set_model_state_dict(hf, b, options=StateDictOptions(full_state_dict=True, strict=False))
+            metrics = trainer.forward_backward(work.metas)
+            grads = {}
+            for name, param in hf.named_parameters():
+                if param.grad is not None:
+                    grad = param.grad.full_tensor() if hasattr(param.grad, "full_tensor") else param.grad
+                    grads[name] = grad.detach().clone()
+            trainer.apply_gradients()
+            weights = {n: v.clone() for n, v in trainer.model.full_state_dict()}
+            first_push = trainer.push_state()
+            out = {"metrics": metrics, "grads": grads, "weights": weights, "first_push": first_push}
+            if shape == LAYOUTS[0]:
+                trainer.step(work.metas)  # a second step: the next push replaces the first's adapters
+                out.update(second_push=trainer.push_state(), second_weights={n: v.clone() for n, v in trainer.model.full_state_dict()})
+                trainer.save(ckpt)
+            results[shape] = out
+            trainer.close()
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        with open(out_file, "wb") as f:
+            pickle.dump(results, f)
+
+
+@pytest.fixture(scope="module", params=sorted(LORAS))
+def lora_run(request, tmp_path_factory):
+    family = request.param
+    tmp = tmp_path_factory.mktemp(f"lora-{family}")
+    path = str(build_tiny(family, tmp / "model"))
+    work = make_workload(path)
+    config = replace(trainer_config(), lora=LORAS[family])
+
+    def adapt(model):
+        LORAS[family].build(model)
+        model.load_state_dict(nonzero_b((n, p.shape) for n, p in model.named_parameters()), strict=False)
+
+    want = reference_step(
+        path, work, LOSS, lr=config.optim.lr, betas=config.optim.betas, max_grad_norm=config.optim.max_grad_norm, adapt=adapt
+    )  # fmt: skip
+    (tmp / "work.pkl").write_bytes(pickle.dumps(work))
+    args = (2, path, str(tmp / "work.pkl"), str(tmp / "rdzv"), str(tmp / "out.pkl"), str(tmp / "ckpt"), config)
+    mp.spawn(_rank_main, args=args, nprocs=2)
+    return family, path, work, want, pickle.loads((tmp / "out.pkl").read_bytes()), tmp / "ckpt"
+
+
+def test_parallel_lora_step_equals_single_process_and_frozen_weights_stay(lora_run):
+    family, path, _, (loss, grads, weights), results, _ = lora_run
+    initial = family_of(path).load(path, dtype=torch.float64).state_dict()
+    assert any(".lora_A." in n and g.abs().max() > 1e-6 for n, g in grads.items())  # A learns too: B is not 0
+    assert any(".visual." in n for n in grads), "no tower/merger adapter has a gradient: the test misses that path"
+    for shape in LAYOUTS:
+        got = results[shape]
+        assert got["metrics"]["loss"] == pytest.approx(loss, rel=1e-9, abs=1e-12), shape
+        assert set(got["grads"]) == set(grads) and all(".lora_" in n for n in grads), shape
+        for name, want in grads.items():
+            torch.testing.assert_close(got["grads"][name], want, rtol=1e-7, atol=1e-10, msg=lambda m: f"{shape} {name}: {m}")
+        for name, want in weights.items():
+            torch.testing.assert_close(got["weights"][name], want, rtol=1e-7, atol=1e-8, msg=lambda m: f"{shape} {name}: {m}")
+        for name, value in got["weights"].items():
+            if ".lora_" not in name:  # frozen: bit-identical to the checkpoint
+                assert torch.equal(value, initial[name.replace(".base_layer.", ".")]), (shape, name)
+
+
+def test_a_push_carries_only_adapters_and_the_engine_scores_as_the_trainer(lora_run):
+    family, path, work, _, results, _ = lora_run
+    got = results[LAYOUTS[0]]
+    first, second = got["first_push"], got["second_push"]
+    modules = sorted(n.removesuffix(LORA_A) for n in second if n.endswith(LORA_A))
+    assert modules and set(second) == {m + s for m in modules for s in (LORA_A, LORA_B)}
+    assert set(first) == set(second) | {m + ".weight" for m in modules}  # the first push adds the bases
+    full = sum(v.numel() for v in family_of(path).load(path).state_dict().values())
+    assert sum(v.numel() for v in second.values()) < full / 5
+    runner = ModelRunner.load(path, dtype=torch.float64, device="cpu", stop_token_ids=frozenset())
+    processor = AutoProcessor.from_pretrained(path)
+    meta = work.metas[0]
+    tokens = work.rows[meta.key]["token_ids"].astype(np.int64)
+    pixels = [work.images[meta.images[i].store_key] for _, i in meta.image_offsets]
+    images = tuple(preprocess(processor.image_processor, part(p)) for p in pixels)
+    for push, weights in ((first, got["weights"]), (second, got["second_weights"])):
+        runner.load_weights(push)
+        trained = family_of(path).load(path, dtype=torch.float64)
+        LORAS[family].build(trained)
+        trained.load_state_dict(weights)
+        want = reference_token_logprobs(trained, processor, tokens, pixels)
+        np.testing.assert_allclose(runner.score(tokens, images), want, rtol=0, atol=2e-6)  # the engine returns float32
+    base = family_of(path).load(path, dtype=torch.float64)
+    assert np.abs(reference_token_logprobs(base, processor, tokens, pixels) - want).max() > 1e-3  # the adapters matter
+
+
+def test_the_checkpoint_adapter_folder_loads_with_peft(lora_run):
+    from peft import PeftModel
+
+    family, path, work, _, results, ckpt = lora_run
+    folder = ckpt / ADAPTER_DIR
+    assert (folder / ADAPTER_CONFIG).exists() and (folder / ADAPTER_WEIGHTS).exists()
+    processor = AutoProcessor.from_pretrained(path)
+    meta = work.metas[1]
+    tokens = work.rows[meta.key]["token_ids"].astype(np.int64)
+    pixels = [work.images[meta.images[i].store_key] for _, i in meta.image_offsets]
+    peft_model = PeftModel.from_pretrained(family_of(path).load(path, dtype=torch.float64), str(folder))
+    trained = family_of(path).load(path, dtype=torch.float64)
+    LORAS[family].build(trained)
+    trained.load_state_dict(results[LAYOUTS[0]]["second_weights"])
+    merged = family_of(path).load(str(ckpt / "hf"), dtype=torch.float64)  # the checkpoint's hf/: adapters merged in
+    want = reference_token_logprobs(trained, processor, tokens, pixels)
+    np.testing.assert_allclose(reference_token_logprobs(peft_model, processor, tokens, pixels), want, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(reference_token_logprobs(merged, processor, tokens, pixels), want, rtol=0, atol=1e-9)
