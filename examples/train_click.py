@@ -3,6 +3,7 @@
     vlrl train examples/train_click.py                # the README's main job (2 CPU cores, < 15 min)
     vlrl train examples/train_click.py:small          # a 2-step smoke run (CI)
     vlrl train examples/train_click.py:mixed          # desktop + browser sources, per-source batch shares
+    vlrl train examples/train_click.py:lora           # the main job with LoRA adapters in place of full fine-tuning
     vlrl train examples/train_click.py --resume       # continue an interrupted run from its last checkpoint
     vlrl plot runs/train_click                        # the plots and annotated episodes, on demand
 
@@ -21,6 +22,7 @@ from vlrl.recipes import (
     EnvSettings,
     Evaluation,
     HostBudget,
+    LoRA,
     TrainJob,
     WarmStart,
     base_recipe,
@@ -43,6 +45,16 @@ def click_source(**overrides) -> DataSource:
 def recipe() -> TrainJob.Config:
     """The main job: ``base_recipe`` on click-target (warm start on 512 demonstrations, then GRPO)."""
     return base_recipe([click_source()], run_dir="runs/train_click")
+
+
+def lora() -> TrainJob.Config:
+    """The main job training LoRA adapters (rank 32 of the LLM's width 64) on every linear layer of
+    the LLM, the vision tower and the merger, in the warm start and in RL; the rest stays frozen."""
+    config = base_recipe([click_source()], run_dir="runs/train_click_lora")
+    config.lora = LoRA.Config(
+        rank=32, alpha=64, tower_modules=("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"), merger_modules=("mlp.0", "mlp.2")
+    )
+    return config
 
 
 def small() -> TrainJob.Config:

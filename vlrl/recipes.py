@@ -47,6 +47,7 @@ from vlrl.rollout.policy_rollout import PolicyRollout
 from vlrl.store import LocalStore
 from vlrl.store.ray_store import RayStore
 from vlrl.store.transferqueue_store import TransferQueueStore
+from vlrl.train.lora import LoRA
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer import Trainer
@@ -69,6 +70,7 @@ __all__ = [
     "HostConfig",
     "InferenceClient",
     "Layout",
+    "LoRA",
     "LocalStore",
     "MicroBatchPlanner",
     "MlflowTracker",
