@@ -53,7 +53,7 @@ from vlrl.pool.tenant import TenantOutcome, lost_writers
 from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import agent_loop_factory
 from vlrl.rollout.engine import VLLMEngine
-from vlrl.rollout.rollout_side import RolloutSide
+from vlrl.rollout.rollout_side import TINY, RolloutSide
 from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.optimizer import Optimizer
@@ -156,6 +156,11 @@ class TrainJob:
                 raise error.under("layout") from None
             if self.lora.enabled:
                 check_lora_fits(self.lora, self.layout, self.trainer.encoder)
+                if self.model_path != TINY:  # the tiny model is built later; its trainer checks the patterns
+                    try:
+                        self.lora.check_model(self.model_path)
+                    except ConfigError as error:
+                        raise error.under("lora") from None
             try:
                 self.driver.quotas(self.sources)
             except ConfigError as error:

@@ -101,6 +101,18 @@ class LoRA:
                 inject_adapter_in_model(peft_config, model, adapter_name=ADAPTER)  # also freezes every other weight
             return LoRA(self, peft_config, targets)
 
+        def check_model(self, model_path: str) -> None:
+            """``target_modules`` on ``model_path``'s architecture built on the meta device (no
+            weights read): a run refuses a pattern that matches nothing before it starts anything."""
+            from transformers import AutoConfig
+
+            from vlrl.models import family_of
+
+            config = AutoConfig.from_pretrained(model_path)
+            with torch.device("meta"):
+                model = family_of(model_path).model_class._from_config(config)
+            self.target_modules(model)
+
         def target_modules(self, model: nn.Module) -> list[str]:
             """The names of the linear layers the patterns select, in module order."""
             linear = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]

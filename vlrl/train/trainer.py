@@ -44,6 +44,7 @@ from vlrl.train.checkpoint_io import TRAINER_FILE, load_sharded, load_trainer_fi
 from vlrl.train.encode_step import StepEncoder
 from vlrl.train.lora import LoRA
 from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss, token_logprobs_and_entropy
+from vlrl.train.mismatch import mismatch_metrics, mismatch_sums, turn_gaps, warn_mismatched
 from vlrl.train.mrope import sequence_mrope
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.packed_attention import PackedMask
@@ -136,7 +137,12 @@ class Trainer:
             encoder = config.resolved_encoder(model_path).build(model_path)
         self.model = PolicyModel.load(model_path, dtype=DTYPES[config.dtype], encoder=encoder).to(self.device)
         self.reference = self._reference() if config.loss.kl_coef > 0 else None
-        self.lora = config.lora.build(self.model.model) if config.lora.enabled else None
+        self.lora = None
+        if config.lora.enabled:
+            try:
+                self.lora = config.lora.build(self.model.model)
+            except ConfigError as error:
+                raise error.under("lora") from None
         self._bases_pushed = False
         self.model.parallelize(self.parallel)
         self.loss_fn = config.loss.build()
@@ -232,8 +238,9 @@ class Trainer:
             if ref_encoded is not None:
                 with torch.no_grad():
                     ref_rows = ref_encoded.embeddings(i)
-            out = self._micro_batch(mb_inputs, encoded.embeddings(i), normaliser, ref_rows)
-            self._check_finite(out.loss.detach(), f"micro-batch {i} of DP rank {dp} (rank {self.parallel.rank})")
+            where = f"micro-batch {i} of DP rank {dp} (rank {self.parallel.rank})"
+            out = self._micro_batch(mb_inputs, encoded.embeddings(i), normaliser, ref_rows, plan.ranks[dp][i].keys, by_key, where)
+            self._check_finite(out.loss.detach(), where)
             out.loss.backward()
             for name, value in out.metrics.items():
                 sums[name] = torch.maximum(sums[name], value) if name.endswith("_max") and name in sums else sums.get(name, 0) + value
@@ -272,7 +279,14 @@ class Trainer:
         return total.item()
 
     def _micro_batch(
-        self, inputs: MicroBatchInputs, image_rows: torch.Tensor, normaliser: Normaliser, ref_rows: torch.Tensor | None
+        self,
+        inputs: MicroBatchInputs,
+        image_rows: torch.Tensor,
+        normaliser: Normaliser,
+        ref_rows: torch.Tensor | None,
+        keys: Sequence[str],
+        metas: Mapping[str, SeqMeta],
+        where: str,
     ):
         if image_rows.shape[0] != len(inputs.image_index):
             raise ValueError(
@@ -293,7 +307,7 @@ class Trainer:
                 )
                 ref_logprobs, _ = token_logprobs_and_entropy(ref_logits, as_tensor(inputs.target_ids))
                 del ref_logits
-        return self.loss_fn(
+        out = self.loss_fn(
             logprobs,
             old_logprobs=None if inputs.logprobs is None else as_tensor(inputs.logprobs),
             advantages=None if inputs.advantages is None else as_tensor(inputs.advantages),
@@ -304,6 +318,18 @@ class Trainer:
             ref_logprobs=ref_logprobs,
             entropy=entropy,
         )
+        if inputs.logprobs is not None and self.config.loss.kind != "sft":  # the guard of train.mismatch
+            on = inputs.loss_mask
+            gap = np.abs(logprobs.detach().double().cpu().numpy() - inputs.logprobs)[on]  # (loss tokens,)
+            full_gap = np.zeros(len(on))
+            full_gap[on] = gap
+            turns = turn_gaps(
+                full_gap, inputs.shard_segments, inputs.turn_ids,
+                inputs.turn_first_image, inputs.turn_images, keys, metas,
+            )  # fmt: skip
+            warn_mismatched(turns, self.config.loss.mismatch_warn, where)
+            out.metrics.update({name: torch.tensor(v, dtype=torch.float64) for name, v in mismatch_sums(gap, turns).items()})
+        return out
 
     def _normaliser(self, inputs: list[MicroBatchInputs]) -> Normaliser:
         """The step's loss tokens and sequences, summed over every rank's shards (a sequence
@@ -367,6 +393,8 @@ class Trainer:
                 value = torch.as_tensor(sums[name], dtype=torch.float64).clone()
                 dist.all_reduce(value, op=dist.ReduceOp.MAX)
                 out[name] = value.item()
+        if "logprob_mismatch_sum" in out:
+            mismatch_metrics(out)
         tokens = max(out.get("tokens", 0.0), 1.0)
         for name in ("pg_loss_sum", "approx_kl_sum", "entropy_sum", "opd_kl_sum", "ref_kl_sum", "tis_weight_sum"):
             if name in out:

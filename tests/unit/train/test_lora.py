@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 from vlrl.config import ConfigError, apply_overrides, validate
 from vlrl.job.train_job import TrainJob
@@ -34,10 +33,11 @@ def test_bad_settings_name_the_field(overrides, field, expected):
 
 
 def test_a_pattern_that_matches_nothing_names_the_field_and_the_layers_there(tiny_path):
-    model = family_of(tiny_path).load(tiny_path)
+    """Checked on the checkpoint's architecture (meta device) when the run's settings are validated."""
+    overrides = [f"model_path={tiny_path}", "lora.rank=4", "lora.tower_modules=[attn.qkv, mlp.up_proj]"]
     with pytest.raises(ConfigError, match="'mlp.up_proj'.*mlp.fc1") as error:
-        LoRA.Config(rank=4, tower_modules=("attn.qkv", "mlp.up_proj")).build(model)
-    assert error.value.path == "tower_modules"
+        apply_overrides(TrainJob.Config(), overrides)
+    assert error.value.path == "lora.tower_modules"
 
 
 @pytest.mark.parametrize(
