@@ -208,6 +208,11 @@ class PolicyLoss:
         entropy_coef: Annotated[float, Ge(0)] = 0.0
         """Weight of the entropy bonus; needs the per-token entropy when above 0."""
 
+        mismatch_warn: Annotated[float, Gt(0)] | None = 1.0
+        """A turn whose mean ``|logp_train - logp_rollout|`` over its loss tokens exceeds this is
+        logged as a warning naming the sequence, the turn and its images (``train.mismatch``);
+        None: never. The mismatch metrics are reported either way."""
+
         def check(self) -> None:
             if self.kind == "sft" and self.tis_cap is not None:
                 raise ConfigError("tis_cap", self.tis_cap, "None for kind='sft': a demonstration has no sampling policy")

@@ -6,6 +6,11 @@ CP chunk lives on another CP rank, so the CP group all-gathers its windows' per-
 (a few bytes per token, against the keys and values every layer gathers) and every rank rebuilds
 the micro-batch in packed order, shifts it by one, and keeps its own window and TP shard. A
 target counts only inside its sequence (same segment) and where the next token is a loss token.
+
+For the logprob-mismatch guard (``train.mismatch``) each loss position also says which reply turn
+of its sequence its target belongs to (a turn: a run of loss tokens) and which images (ordinals of
+the sequence's image runs) that turn's prompt showed, counted in the whole packed micro-batch so
+that every CP rank numbers them alike.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ class MicroBatchInputs:
     advantages: np.ndarray | None  # (S,)
     teacher_logprobs: np.ndarray | None  # (S,)
     seq_loss_tokens: np.ndarray  # (S,) loss tokens of the position's whole sequence (0 off the mask)
+    shard_segments: np.ndarray  # (S,) segment (index into the micro-batch's keys) of each position
+    turn_ids: np.ndarray  # (S,) reply turn of the target within its sequence, 0-based (-1 off the mask)
+    turn_first_image: np.ndarray  # (S,) ordinal of the first image of that turn's prompt in its sequence
+    turn_images: np.ndarray  # (S,) images of that turn's prompt, since the previous turn (0: none)
 
 
 def micro_batch_inputs(
@@ -71,6 +80,7 @@ def micro_batch_inputs(
     shifted = {name: nxt[:, 3 + i] for i, name in enumerate(names)}
     counts = np.bincount(seg[mask], minlength=max(len(micro_batch.keys), 1))
     seq_tokens = np.where(mask, counts[np.maximum(seg, 0)], 0)
+    turn_ids, first_image, images = _turns(full[:, 0] == image_token_id, seg, mask)
 
     start, stop = layout.tp_shard(len(window), tp_rank)
     mine = positions[start:stop]
@@ -93,7 +103,52 @@ def micro_batch_inputs(
         loss_mask=mask[mine],
         **{name: shifted[name][mine] if name in shifted else None for name in _OPTIONAL},
         seq_loss_tokens=seq_tokens[mine].astype(np.float64),
+        shard_segments=seg[mine],
+        turn_ids=turn_ids[mine],
+        turn_first_image=first_image[mine],
+        turn_images=images[mine],
     )
+
+
+def _turns(is_image: np.ndarray, seg: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per position of the packed micro-batch (``(P,)`` each, sequences contiguous, padding -1):
+    the reply turn of its target (runs of ``mask`` in its sequence, 0-based; -1 off the mask), and
+    the first ordinal and number of the image runs between the previous turn and this one.
+
+    1. Number the contiguous sequences (``run``) so that counts restart in each.
+    2. Image runs and turns start where an image token / a loss position follows none in the
+       same sequence; ``seen[q]``: image runs started at or before ``q`` in its sequence.
+    3. At each turn's start, the images shown since the previous turn are ``seen`` there minus
+       ``seen`` at the previous turn's last position (carried forward as a running max).
+    4. Each loss position takes the values of its turn's start.
+    """
+    size = len(seg)
+    same = np.concatenate([[False], seg[1:] == seg[:-1]]) & (seg >= 0)  # (P,) continues the previous position's sequence
+    run = np.cumsum(~same)  # 1.
+    image_start = is_image & (seg >= 0) & ~(np.concatenate([[False], is_image[:-1]]) & same)  # 2.
+    turn_start = mask & ~(np.concatenate([[False], mask[:-1]]) & same)
+    seen = _per_run_cumsum(image_start, run)
+    turns = _per_run_cumsum(turn_start, run) - 1
+    base = run.astype(np.int64) * (size + 1)  # running max restarted per sequence: offset each sequence above the last
+    at_turns = np.maximum.accumulate(np.where(mask, seen, 0) + base) - base  # 3. seen at the latest loss position
+    before = np.concatenate([[0], at_turns[:-1]])
+    before = np.where(same, before, 0)
+    starts = np.maximum.accumulate(np.where(turn_start, np.arange(size), 0))  # 4. each position's latest turn start
+    first = before[starts]
+    shown = seen[starts] - first
+    return (
+        np.where(mask, turns, -1).astype(np.int64),
+        np.where(mask, first, 0).astype(np.int64),
+        np.where(mask, shown, 0).astype(np.int64),
+    )
+
+
+def _per_run_cumsum(flags: np.ndarray, run: np.ndarray) -> np.ndarray:
+    """Inclusive cumulative count of ``flags`` restarted at each new value of ``run`` (ascending)."""
+    total = np.cumsum(flags, dtype=np.int64)
+    starts = np.concatenate([[True], run[1:] != run[:-1]])
+    before_run = np.maximum.accumulate(np.where(starts, total - flags, 0))
+    return total - before_run
 
 
 def _packed_columns(window: PackedWindow, names: list[str], layout: Layout, total: int, cp_group) -> np.ndarray:
