@@ -63,6 +63,11 @@ BENCHMARKS: dict[str, Benchmark] = {
             "vlrl.bench.train_bench",
         ),
         Benchmark(
+            "lora",
+            "LoRA vs full fine-tuning on one trainer process: bytes per weight push, optimizer state, trainer RSS, step time",
+            "vlrl.bench.lora_bench",
+        ),
+        Benchmark(
             "chaos",
             "the main job's training loop under one injected fault per run: survived, books exact, keys left",
             "vlrl.bench.chaos_bench",

@@ -63,6 +63,9 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("*speedup_vs_single*", "tokens/s of the layout / single process"),
         ("*mem_above_baseline_vs_single*", "memory above the pre-step baseline, layout / single process"),
     ),
+    "lora": (
+        ("*lora_over_full*", "LoRA (rank 16) / full fine-tuning: push bytes, optimizer state, RSS, step time"),
+    ),
     "chaos": (
         ("survived", "runs (one per fault kind) that finished their steps"),
         ("books_exact", "runs whose group books balanced after every step"),

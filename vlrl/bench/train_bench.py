@@ -75,6 +75,8 @@ class Size:
     dtype: str = "float64"
     """``Trainer.Config.dtype``. float64 on gloo: FSDP reduces float32/bfloat16 gradients with
     ``PREMUL_SUM``, which gloo lacks (NCCL has it)."""
+    lora_rank: int = 0
+    """``lora.rank`` of the trainer (its default LLM patterns); 0: full fine-tuning (``vlrl bench lora``)."""
 
 
 SIZES = {
@@ -137,7 +139,7 @@ def _probe(trainer: Any, meta: Any, baseline_rss: float) -> float:
 
 
 def measure_layout(
-    shape: Shape, model_path: str | Path, workload: WorkloadSpec, steps: int, dtype: str
+    shape: Shape, model_path: str | Path, workload: WorkloadSpec, steps: int, dtype: str, lora_rank: int = 0
 ) -> dict[str, Any]:
     """Build the ``Trainer`` for ``shape`` on this world, probe memory, one warm-up and ``steps``
     timed steps; the figures, reduced over ranks (the same on every rank). Collective."""
@@ -146,6 +148,7 @@ def measure_layout(
 
     from vlrl.pack import Layout, MicroBatchPlanner
     from vlrl.store import LocalStore
+    from vlrl.train.lora import LoRA
     from vlrl.train.loss import PolicyLoss
     from vlrl.train.optimizer import Optimizer
     from vlrl.train.trainer import Trainer
@@ -157,6 +160,7 @@ def measure_layout(
     config = Trainer.Config(
         dtype=dtype, optim=Optimizer.Config(lr=1e-5), loss=PolicyLoss.Config(kind="grpo"),
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=workload.micro_batch_tokens),
+        lora=LoRA.Config(rank=lora_rank),
     )  # fmt: skip
     trainer = config.build(model_path=str(model_path), store=store, layout=Layout(*shape))
     try:
@@ -171,6 +175,9 @@ def measure_layout(
             warm = trainer.step(metas)
         timed = [trainer.step(metas) for _ in range(steps)]
         peak_rss = peak_rss_mb()
+        pushes = [_bytes(trainer.push_state()) for _ in range(2)]  # under LoRA the first adds the adapted bases
+        trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+        optimizer_mb = sum(_bytes(s) for s in trainer.optimizer.state.values()) / 2**20
     finally:
         trainer.close()
     mine = {
@@ -200,12 +207,23 @@ def measure_layout(
         "real_tokens": int(warm["real_tokens"]),
         "micro_batches": int(warm["micro_batches"]),
         "threads_per_rank": torch.get_num_threads(),
+        "first_push_bytes": pushes[0],
+        "push_bytes": pushes[1],
+        "trainable_params": trainable,
+        "optimizer_state_mb": optimizer_mb,
         "memory_per_rank": ranks,
         "batch": workload_figures(metas),
     }
     if cuda:
         figures["cuda_above_baseline_mb"] = max(r["cuda_peak_mb"] - r["cuda_baseline_mb"] for r in ranks)
     return figures
+
+
+def _bytes(tensors: dict | None) -> int:
+    """Bytes of the tensors in ``tensors`` (a push, or one parameter's optimizer state); 0 for None
+    (a push on a rank other than 0). Sharded tensors count this rank's shard."""
+    values = (getattr(v, "_local_tensor", v) for v in (tensors or {}).values())
+    return sum(v.numel() * v.element_size() for v in values if hasattr(v, "element_size"))
 
 
 def _cores() -> int:
@@ -229,7 +247,7 @@ def _rank_main(rank: int, world: int, port: int, shape: Shape, model_path: str, 
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")  # FSDP's own deprecations
     init_distributed(timeout_s=300)
     try:
-        figures = measure_layout(shape, model_path, size.workload, size.steps, size.dtype)
+        figures = measure_layout(shape, model_path, size.workload, size.steps, size.dtype, size.lora_rank)
         if rank == 0:
             Path(out).write_text(json.dumps(figures))
     finally:
@@ -337,7 +355,7 @@ def _torchrun(size: Size, layouts: tuple[Shape, ...]) -> dict[str, Any] | None:
     try:
         for shape in fitting:
             try:
-                per_layout[layout_name(shape)] = measure_layout(shape, path[0], size.workload, size.steps, size.dtype)
+                per_layout[layout_name(shape)] = measure_layout(shape, path[0], size.workload, size.steps, size.dtype, size.lora_rank)
             except Exception as error:
                 name = f"{type(error).__name__}: {error}"
                 print(f"rank {rank}: layout {layout_name(shape)} failed on {backend}: {name}", file=sys.stderr)
