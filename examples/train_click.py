@@ -49,11 +49,14 @@ def recipe() -> TrainJob.Config:
 
 def lora() -> TrainJob.Config:
     """The main job training LoRA adapters (rank 32 of the LLM's width 64) on every linear layer of
-    the LLM, the vision tower and the merger, in the warm start and in RL; the rest stays frozen."""
+    the LLM, the vision tower and the merger, in the warm start and in RL, with the final norm and
+    LM head trained in full: from random weights, a frozen head keeps every logit near 0 (the
+    sampled replies stay near-uniform noise). The rest stays frozen."""
     config = base_recipe([click_source()], run_dir="runs/train_click_lora")
     config.lora = LoRA.Config(
-        rank=32, alpha=64, tower_modules=("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"), merger_modules=("mlp.0", "mlp.2")
-    )
+        rank=32, alpha=64, tower_modules=("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"), merger_modules=("mlp.0", "mlp.2"),
+        full_modules=("model.language_model.norm", "lm_head"),
+    )  # fmt: skip
     return config
 
 

@@ -65,6 +65,10 @@ class LoRA:
         merger_modules: tuple[str, ...] = ()
         """Linear layers of the patch merger that get adapters (``mlp.0``, ``mlp.2`` in Qwen2/2.5-VL;
         ``linear_fc1``, ``linear_fc2`` in Qwen3-VL, DeepStack mergers included)."""
+        full_modules: tuple[str, ...] = ()
+        """Modules trained in full beside the adapters, by exact name (PEFT's ``modules_to_save``):
+        ``lm_head``, ``model.language_model.norm``. A model trained from random weights needs them:
+        its frozen head and final norm cap the logits near zero, so no adapter can sharpen them."""
 
         @property
         def enabled(self) -> bool:
@@ -75,7 +79,7 @@ class LoRA:
             return bool(self.tower_modules or self.merger_modules)
 
         def check(self) -> None:
-            for field_name in PARTS:
+            for field_name in (*PARTS, "full_modules"):
                 patterns = getattr(self, field_name)
                 for pattern in patterns:
                     if not _PATTERN.fullmatch(pattern):
@@ -96,10 +100,17 @@ class LoRA:
             peft_config = LoraConfig(
                 r=self.rank, lora_alpha=self.alpha, lora_dropout=self.dropout, target_modules=targets, bias="none"
             )
+            modules = dict(model.named_modules())
+            for name in self.full_modules:
+                if name not in modules:
+                    raise ConfigError("full_modules", self.full_modules, "names of modules of the model", got=repr(name))
             with torch.random.fork_rng():  # every rank (and every rebuild) draws the same A
                 torch.manual_seed(INIT_SEED)
                 inject_adapter_in_model(peft_config, model, adapter_name=ADAPTER)  # also freezes every other weight
-            return LoRA(self, peft_config, targets)
+            full = [f"{m}.{p}" for m in self.full_modules for p, _ in modules[m].named_parameters()]
+            for name in self.full_modules:
+                modules[name].requires_grad_(True)
+            return LoRA(self, peft_config, targets, full)
 
         def check_model(self, model_path: str) -> None:
             """``target_modules`` on ``model_path``'s architecture built on the meta device (no
@@ -112,6 +123,9 @@ class LoRA:
             with torch.device("meta"):
                 model = family_of(model_path).model_class._from_config(config)
             self.target_modules(model)
+            missing = [name for name in self.full_modules if name not in dict(model.named_modules())]
+            if missing:
+                raise ConfigError("full_modules", self.full_modules, "names of modules of the model", got=repr(missing[0]))
 
         def target_modules(self, model: nn.Module) -> list[str]:
             """The names of the linear layers the patterns select, in module order."""
@@ -130,19 +144,29 @@ class LoRA:
                     chosen.update(hits)
             return [n for n in linear if n in chosen]
 
-    def __init__(self, config: LoRA.Config, peft_config, targets: list[str]) -> None:
+    def __init__(self, config: LoRA.Config, peft_config, targets: list[str], full: list[str]) -> None:
         self.config = config
         self.peft_config = peft_config
         self.targets = targets
+        self.full = full
+        """The weights of ``full_modules``, under their checkpoint names."""
         self.scale = config.alpha / config.rank
+
+    def pushed(self, name: str, with_bases: bool) -> bool:
+        """Whether the trainer's weight ``name`` goes into a push (adapters, fully trained modules
+        and, ``with_bases``, the adapted modules' bases)."""
+        return ".lora_" in name or name in self.full or (with_bases and name.endswith(".base_layer.weight"))
 
     # ---- weights under checkpoint names
 
     def adapter_state(self, state: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         """The push of ``state`` (the trainer's named tensors): ``M.lora_A.weight`` = A and
-        ``M.lora_B.weight`` = scale * B for every adapted module, nothing else."""
+        ``M.lora_B.weight`` = scale * B for every adapted module, and the fully trained modules'
+        weights under their own names."""
         for name, value in state:
-            if name.endswith(f".lora_A.{ADAPTER}.weight"):
+            if name in self.full:
+                yield name, value
+            elif name.endswith(f".lora_A.{ADAPTER}.weight"):
                 yield name.replace(f".lora_A.{ADAPTER}.weight", LORA_A), value
             elif name.endswith(f".lora_B.{ADAPTER}.weight"):
                 yield name.replace(f".lora_B.{ADAPTER}.weight", LORA_B), value * self.scale
@@ -183,12 +207,15 @@ class LoRA:
         tensors = {
             "base_model.model." + name.replace(f".{ADAPTER}.", "."): value.contiguous()
             for name, value in state.items()
-            if f".lora_A.{ADAPTER}." in name or f".lora_B.{ADAPTER}." in name
+            if f".lora_A.{ADAPTER}." in name or f".lora_B.{ADAPTER}." in name or name in self.full
         }
         with atomic_path(path / ADAPTER_WEIGHTS) as tmp:
             save_file(tensors, str(tmp), metadata={"format": "pt"})
         settings = self.peft_config.to_dict()
-        settings.update(base_model_name_or_path=str(base_model), target_modules=sorted(self.targets))
+        settings.update(
+            base_model_name_or_path=str(base_model), target_modules=sorted(self.targets),
+            modules_to_save=list(self.config.full_modules) or None,
+        )  # fmt: skip
         with atomic_path(path / ADAPTER_CONFIG) as tmp:
             tmp.write_text(json.dumps(settings, indent=2, default=_jsonable))
         return path

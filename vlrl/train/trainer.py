@@ -417,13 +417,13 @@ class Trainer:
 
     def push_state(self, merged: bool = False) -> dict[str, torch.Tensor] | None:
         """What a weight push carries, on rank 0 (None on the others): every weight, or under
-        LoRA the adapters alone (``vlrl.models.adapters``), plus, on this trainer's first push, the
-        adapted modules' base weights; ``merged``: every weight with the adapters merged in, for an
+        LoRA the adapters and ``lora.full_modules`` (``vlrl.models.adapters``), plus, on this
+        trainer's first push, the adapted modules' base weights; ``merged``: every weight with the adapters merged in, for an
         engine that does not apply adapters. Collective."""
         if self.lora is None or merged:
             return self.full_weights()
         with_bases = not self._bases_pushed
-        state = self._gathered(lambda name: ".lora_" in name or (with_bases and name.endswith(".base_layer.weight")))
+        state = self._gathered(lambda name: self.lora.pushed(name, with_bases))
         self._bases_pushed = True
         if state is None:
             return None

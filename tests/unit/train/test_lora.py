@@ -96,3 +96,17 @@ def test_a_push_with_half_a_pair_is_refused():
         split_push({"m" + LORA_A: torch.zeros(1, 2)})
     plain, pairs = split_push({"m" + LORA_A: torch.zeros(1, 2), "m" + LORA_B: torch.zeros(3, 1), "n.weight": torch.zeros(1)})
     assert set(plain) == {"n.weight"} and set(pairs) == {"m"}
+
+
+def test_full_modules_train_in_full_and_go_into_pushes_and_the_peft_folder(tiny_path, tmp_path):
+    model = family_of(tiny_path).load(tiny_path)
+    with pytest.raises(ConfigError, match="'head'") as error:
+        LoRA.Config(rank=2, full_modules=("head",)).build(model)
+    assert error.value.path == "full_modules"
+    adapters = LoRA.Config(rank=2, llm_modules=("q_proj",), full_modules=("lm_head",)).build(model)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert "lm_head.weight" in trainable and "model.language_model.embed_tokens.weight" not in trainable
+    state = model.state_dict()
+    assert "lm_head.weight" in dict(adapters.adapter_state(state.items()))
+    folder = adapters.save_adapter(tmp_path / "adapter", state, base_model=str(tiny_path))
+    assert '"modules_to_save": [\n    "lm_head"' in (folder / "adapter_config.json").read_text()
