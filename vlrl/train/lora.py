@@ -2,9 +2,9 @@
 
 An adapted linear layer computes ``y = W x + (alpha / r) * B (A dropout(x))``: the base ``W``
 ``(out, in)`` is frozen, ``A`` ``(r, in)`` and ``B`` ``(out, r)`` train, and PEFT starts ``B`` at
-0, so step 0 is the base model. Only the adapters get gradients and optimizer state; every other
-weight (embeddings, norms, the LM head, the tower when no tower or merger pattern is given) stays
-bit-identical. A weight push carries the adapters alone (``vlrl.models.adapters``), a checkpoint
+0, so step 0 is the base model. Only the adapters (and ``full_modules``, trained in full) get
+gradients and optimizer state; every other weight (embeddings, norms, the LM head, the tower when
+no tower or merger pattern is given) stays bit-identical. A weight push carries the adapters alone (``vlrl.models.adapters``), a checkpoint
 adds a PEFT adapter folder (``save_adapter``).
 
 Where adapters go is chosen per part of the model by patterns, each a module name's dotted
