@@ -78,6 +78,7 @@ def _rank_main(rank: int, world: int, path: str, work_file: str, rdzv: str, out_
             if shape == LAYOUTS[0]:
                 trainer.step(work.metas)  # a second step: the next push replaces the first's adapters
                 out.update(second_push=trainer.push_state(), second_weights={n: v.clone() for n, v in trainer.model.full_state_dict()})
+                out.update(merged_push=trainer.push_state(merged=True))  # what VLLMEngine is sent
                 trainer.save(ckpt)
             results[shape] = out
             trainer.close()
@@ -169,6 +170,9 @@ def test_the_checkpoint_adapter_folder_loads_with_peft(lora_run):
     LORAS[family].build(trained)
     trained.load_state_dict(results[LAYOUTS[0]]["second_weights"])
     merged = family_of(path).load(str(ckpt / "hf"), dtype=torch.float64)  # the checkpoint's hf/: adapters merged in
+    pushed = results[LAYOUTS[0]]["merged_push"]
+    assert pushed.keys() == merged.state_dict().keys()
+    assert all(torch.equal(pushed[n], v) for n, v in merged.state_dict().items())
     want = reference_token_logprobs(trained, processor, tokens, pixels)
     np.testing.assert_allclose(reference_token_logprobs(peft_model, processor, tokens, pixels), want, rtol=0, atol=1e-10)
     np.testing.assert_allclose(reference_token_logprobs(merged, processor, tokens, pixels), want, rtol=0, atol=1e-9)
