@@ -14,6 +14,7 @@ from vlrl.pack import Layout
 from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
 from vlrl.rollout.policy_rollout import PolicyRollout
 from vlrl.rollout.server import OpenAIServer
+from vlrl.train.lora import LoRA
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer import Trainer
@@ -59,10 +60,11 @@ def test_a_bad_layout_built_in_a_recipe_is_refused_where_it_is_built():
 def test_the_ranks_run_the_jobs_sections_and_their_own_settings():
     group = TrainerGroup.Config(dtype="float64", encode_chunk_tokens=64, cpus_per_worker=0.5)
     optim, loss = Optimizer.Config(lr=3e-4, schedule="cosine"), PolicyLoss.Config(kind="sft")
-    rank = group.rank_config(optim=optim, loss=loss, micro_batches=TrainJob.Config().micro_batches)
-    assert (rank.dtype, rank.encode_chunk_tokens, rank.optim, rank.loss) == ("float64", 64, optim, loss)
+    lora = TrainJob.Config(lora=LoRA.Config(rank=4)).lora
+    rank = group.rank_config(optim=optim, loss=loss, micro_batches=TrainJob.Config().micro_batches, lora=lora)
+    assert (rank.dtype, rank.encode_chunk_tokens, rank.optim, rank.loss, rank.lora) == ("float64", 64, optim, loss, lora)
     assert {f.name for f in dataclasses.fields(Trainer.Config)} - {f.name for f in dataclasses.fields(TrainerGroup.Config)} == {
-        "optim", "loss", "micro_batches"}  # fmt: skip
+        "optim", "loss", "micro_batches", "lora"}  # fmt: skip
 
 
 @pytest.mark.parametrize("config", [Trainer.Config, EmbeddedEngine.Config, VLLMEngine.Config, TrainerGroup.Config])
