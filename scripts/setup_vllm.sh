@@ -21,7 +21,7 @@ TRANSFORMERS_PIN=${VLRL_VLLM_TRANSFORMERS:-transformers==5.19.0}
 # What vlrl and its vLLM tests need besides what vLLM brings (vlrl itself goes in with --no-deps,
 # since its own torch pin is .venv's).
 VLRL_DEPS=("ray[default]==$(.venv/bin/python -c 'import ray; print(ray.__version__)' 2>/dev/null || echo 2.60.0)"
-  blake3 pillow safetensors tensorboard matplotlib psutil "gymnasium>=1.0,<2" pytest pytest-timeout hypothesis openai)
+  blake3 pillow safetensors tensorboard matplotlib psutil "gymnasium>=1.0,<2" pytest pytest-timeout pytest-xdist hypothesis openai)
 unavailable=$VENV.unavailable
 
 stamp_now=$( { cat scripts/setup_vllm.sh; echo "$VLLM_PACKAGE ${TORCH_PINS[*]} $TRANSFORMERS_PIN ${VLRL_DEPS[*]}"; } | sha256sum | cut -c1-16)

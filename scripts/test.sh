@@ -5,15 +5,18 @@
 #   bash scripts/test.sh unit [-x ...]    one lane (unit, integration, e2e or vllm), extra pytest arguments after it
 #   bash scripts/test.sh tests/unit/store -x    anything else goes to pytest as it is
 #
-# Each lane prints its 30 slowest tests. Every lane runs even when an earlier one fails, so a CI log
-# shows all failures at once; the exit status is non-zero if any lane failed. pytest's "no tests
-# collected" (exit 5) is a failure here: a lane that should have tests and has none is broken.
+# Each lane runs in VLRL_TEST_WORKERS pytest-xdist workers (default 2, one a core here; 0 runs in
+# this process), a module's tests on one worker (tests/conftest.py), and prints its 30 slowest
+# tests. Every lane runs even when an earlier one fails, so a CI log shows all failures at once;
+# the exit status is non-zero if any lane failed. pytest's "no tests collected" (exit 5) is a
+# failure here: a lane that should have tests and has none is broken.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export RAY_AUTH_MODE=disabled
 
 LANES=(unit integration e2e vllm)
+WORKERS=(-n "${VLRL_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder)
 
 # pytest with exit 5 turned into a failure; prints why.
 run_pytest() {
@@ -38,7 +41,12 @@ run_vllm() {
     return 0
   fi
   local status=0
-  bash scripts/setup_vllm.sh || status=$?
+  if [[ -n ${VLLM_SETUP_PID:-} ]]; then
+    wait "$VLLM_SETUP_PID" || status=$?
+    cat "$VLLM_SETUP_LOG"
+  else
+    bash scripts/setup_vllm.sh || status=$?
+  fi
   if [[ $status == 3 ]]; then
     local reason
     reason=$(cat .venv-vllm.unavailable 2>/dev/null || echo "scripts/setup_vllm.sh gave no reason")
@@ -46,7 +54,7 @@ run_vllm() {
     return 0
   fi
   [[ $status == 0 ]] || return $status
-  run_pytest .venv-vllm/bin/python tests/vllm --durations=30 "$@"
+  run_pytest .venv-vllm/bin/python tests/vllm "${WORKERS[@]}" --durations=30 "$@"
 }
 
 run_lane() {
@@ -56,7 +64,7 @@ run_lane() {
   if [[ $lane == vllm ]]; then
     run_vllm "$@"
   else
-    run_pytest .venv/bin/python "tests/$lane" --durations=30 "$@"
+    run_pytest .venv/bin/python "tests/$lane" "${WORKERS[@]}" --durations=30 "$@"
   fi
 }
 
@@ -65,6 +73,10 @@ if [[ $# -gt 0 && " ${LANES[*]} " == *" $1 "* ]]; then
 elif [[ $# -gt 0 ]]; then
   run_pytest .venv/bin/python "$@"
 else
+  # vLLM's environment installs while the first lanes run (mostly downloads and disk).
+  VLLM_SETUP_LOG=$(mktemp)
+  bash scripts/setup_vllm.sh >"$VLLM_SETUP_LOG" 2>&1 &
+  VLLM_SETUP_PID=$!
   failed=()
   for lane in "${LANES[@]}"; do
     run_lane "$lane" || failed+=("$lane")

@@ -46,3 +46,14 @@ def processor(tiny_path):
     from transformers import AutoProcessor
 
     return AutoProcessor.from_pretrained(tiny_path)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Work units for pytest-xdist's ``--dist loadgroup`` (scripts/test.sh runs the integration and
+    e2e lanes in two workers): a module's tests stay on one worker, so its module-scoped pools are
+    built once, and every reader of the e2e lane's canonical run shares the worker that builds it.
+    That run is the longest unit, so it goes first."""
+    for item in items:
+        group = "canonical-run" if "finished_run" in item.fixturenames else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: "finished_run" not in item.fixturenames)
