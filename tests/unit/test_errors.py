@@ -4,7 +4,9 @@ same type, message and fields come back (across Ray an error that could not be r
 
 from __future__ import annotations
 
+import ast
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +45,24 @@ def test_env_call_error_keeps_its_cause():
     back = pickle.loads(pickle.dumps(ERRORS[0]))
     assert isinstance(back.cause, TimeoutError) and str(back.cause) == f"stuck {LONG}"
     assert str(back) == f"harness 'light': EnvHost.step() raised TimeoutError: stuck {LONG}"
+
+
+NEVER_PICKLED = {"ApiError": "answered over HTTP by vlrl serve, in its own process"}
+
+
+def test_every_error_with_its_own_init_pickles_whole():
+    """A new error class whose ``__init__`` takes other arguments fails here until it mixes in
+    ``PicklesWhole`` (or says why it never crosses a process boundary)."""
+    root = Path(__file__).resolve().parents[2]
+    missing = []
+    for top in ("vlrl", "encoders", "harnesses"):
+        for path in sorted((root / top).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ClassDef):
+                    continue
+                bases = [ast.unparse(base) for base in node.bases]
+                own_init = any(isinstance(item, ast.FunctionDef) and item.name == "__init__" for item in node.body)
+                errorish = any(base.endswith(("Error", "Exception")) for base in bases)
+                if errorish and own_init and "PicklesWhole" not in bases and node.name not in NEVER_PICKLED:
+                    missing.append(f"{path.relative_to(root)}: {node.name}")
+    assert missing == [], f"errors that would arrive across Ray as UnserializableException: {missing}"
