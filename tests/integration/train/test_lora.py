@@ -94,7 +94,7 @@ def lora_run(request, tmp_path_factory):
     family = request.param
     tmp = tmp_path_factory.mktemp(f"lora-{family}")
     path = str(build_tiny(family, tmp / "model"))
-    work = make_workload(path)
+    work = make_workload(path, members=2)  # 4 sequences: 2 per DP rank, windows across both CP ranks
     config = replace(trainer_config(), lora=LORAS[family])
 
     def adapt(model):
