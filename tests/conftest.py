@@ -16,19 +16,29 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 RAY_LOGICAL_CPUS = 8
 """Logical CPUs are scheduling tokens: TransferQueue reserves three, test actors ask for none."""
+RAY_START_ATTEMPTS = 3
+"""Ray waits a fixed 30 s for its raylet to register; two test workers starting Ray at once on a
+busy 2-core machine can miss that, and a second try finds the machine less busy."""
 
 
 @pytest.fixture(scope="session")
 def ray_session():
     import ray
 
-    ray.init(
-        num_cpus=RAY_LOGICAL_CPUS,
-        include_dashboard=False,
-        object_store_memory=512 * 1024**2,
-        log_to_driver=False,
-        configure_logging=False,
-    )
+    for attempt in range(RAY_START_ATTEMPTS):
+        try:
+            ray.init(
+                num_cpus=RAY_LOGICAL_CPUS,
+                include_dashboard=False,
+                object_store_memory=512 * 1024**2,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+            break
+        except Exception as err:  # Ray raises a bare Exception for it
+            if "timed out during startup" not in str(err) or attempt == RAY_START_ATTEMPTS - 1:
+                raise
+            ray.shutdown()
     yield ray
     ray.shutdown()
 
