@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -418,8 +418,8 @@ class Trainer:
     def push_state(self, merged: bool = False) -> dict[str, torch.Tensor] | None:
         """What a weight push carries, on rank 0 (None on the others): every weight, or under
         LoRA the adapters and ``lora.full_modules`` (``vlrl.models.adapters``), plus, on this
-        trainer's first push, the adapted modules' base weights; ``merged``: every weight with the adapters merged in, for an
-        engine that does not apply adapters. Collective."""
+        trainer's first push, the adapted modules' base weights; ``merged``: every weight with the
+        adapters merged in, for an engine that does not apply adapters. Collective."""
         if self.lora is None or merged:
             return self.full_weights()
         with_bases = not self._bases_pushed
@@ -429,7 +429,7 @@ class Trainer:
             return None
         return {**dict(self.lora.base_state(state.items())), **dict(self.lora.adapter_state(state.items()))}
 
-    def _gathered(self, keep=None) -> dict[str, torch.Tensor] | None:
+    def _gathered(self, keep: Callable[[str], bool] | None = None) -> dict[str, torch.Tensor] | None:
         """The model's weights (those whose name ``keep`` accepts), unsharded, on rank 0. Collective."""
         weights = {}
         for name, value in self.model.full_state_dict(keep):
