@@ -10,7 +10,8 @@ probes, a warm-up and timed steps of the same batch) twice, with full fine-tunin
   ``first_push_bytes``: a LoRA trainer's first push also carries the adapted modules' bases;
 - ``trainable_params`` and ``optimizer_state_mb`` (AdamW's two moments per trained weight);
 - ``peak_mem_mb`` (peak RSS during the steps), ``added_mem_mb`` (its growth from before the
-  trainer was built: weights, gradients, optimizer state, activations) and ``step_s``;
+  trainer was built: weights, gradients, optimizer state, activations),
+  ``pss_above_baseline_mb`` (peak PSS during the steps over the pre-step baseline) and ``step_s``;
 - ``lora_over_full``: each of those, LoRA / full.
 """
 
@@ -40,7 +41,8 @@ MODELS: dict[str, dict[str, Size]] = {
     "full": {"tiny_width": replace(TRAIN_SIZES["small"], layouts=SINGLE),
              "real_width_1_layer": replace(REAL_WIDTH, steps=5)},
 }  # fmt: skip
-FIGURES = ("push_bytes", "first_push_bytes", "trainable_params", "optimizer_state_mb", "peak_mem_mb", "added_mem_mb")
+FIGURES = ("push_bytes", "first_push_bytes", "trainable_params", "optimizer_state_mb", "peak_mem_mb", "added_mem_mb",
+           "pss_above_baseline_mb")  # fmt: skip
 
 
 def measure(size: Size) -> dict[str, Any]:
