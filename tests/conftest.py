@@ -58,12 +58,21 @@ def processor(tiny_path):
     return AutoProcessor.from_pretrained(tiny_path)
 
 
+ONE_WORKER_FOLDERS = ("tests/integration/harnesses/xdesktop/",)
+"""Folders whose tests run on one worker: the X desktop's pool test counts desktop processes
+machine-wide, so the folder's other modules must not start theirs meanwhile."""
+
+
 def pytest_collection_modifyitems(config, items):
-    """Work units for pytest-xdist's ``--dist loadgroup`` (scripts/test.sh runs the integration and
-    e2e lanes in two workers): a module's tests stay on one worker, so its module-scoped pools are
+    """Work units for pytest-xdist's ``--dist loadgroup`` (scripts/test.sh runs each lane in two
+    workers): a module's tests stay on one worker, so its module-scoped pools are
     built once, and every reader of the e2e lane's canonical run shares the worker that builds it.
     That run is the longest unit, so it goes first."""
     for item in items:
-        group = "canonical-run" if "finished_run" in item.fixturenames else item.nodeid.split("::")[0]
+        module = item.nodeid.split("::")[0]
+        if "finished_run" in item.fixturenames:
+            group = "canonical-run"
+        else:
+            group = next((folder for folder in ONE_WORKER_FOLDERS if module.startswith(folder)), module)
         item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: "finished_run" not in item.fixturenames)
