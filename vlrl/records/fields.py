@@ -60,7 +60,8 @@ FIELDS: dict[str, PayloadField] = {
         PayloadField(
             LOGPROBS, "float32", "token", "rollout.trajectory",
             frozenset({"policy_gradient"}), 0.0,
-            "The sampling policy's logprob of each generated token; 0 on prompt tokens.",
+            "The sampling distribution's logprob of each generated token (its temperature and top-p"
+            " nucleus applied); 0 on prompt tokens.",
         ),
         PayloadField(
             LOSS_MASK, "bool", "token", "rollout.trajectory",
@@ -88,8 +89,17 @@ FIELDS: dict[str, PayloadField] = {
 """Every payload field by name."""
 
 EXTRA_PREFIX = "extra/"
-"""Prefix of optional per-token fields an engine reported (MoE routing, top-p indices); packed
-whenever a sequence's ``SeqMeta.extra_fields`` lists them."""
+"""Prefix of optional per-token fields an engine reported (MoE routing, the sampling temperature
+and nucleus below); packed whenever a sequence's ``SeqMeta.extra_fields`` lists them."""
+
+SAMPLING_TEMPERATURE = f"{EXTRA_PREFIX}temperature"
+"""float32 per token: the temperature its request sampled at (0 on prompt tokens). The embedded
+engine reports it only for temperatures other than 0 and 1, so a run at temperature 1 stores nothing."""
+
+SAMPLING_NUCLEUS = f"{EXTRA_PREFIX}nucleus"
+"""int32 per token: how many of the most likely tokens the top-p nucleus it was drawn from kept
+(0: the whole vocabulary; 0 on prompt tokens). Reported only for requests with top_p < 1; a count,
+not the kept ids, so it costs 4 bytes a token whatever the nucleus holds."""
 
 ROLLOUT_FIELDS = (TOKEN_IDS, LOGPROBS, LOSS_MASK)
 """The fields every sequence has from the moment it is written."""

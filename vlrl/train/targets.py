@@ -7,6 +7,11 @@ CP chunk lives on another CP rank, so the CP group all-gathers its windows' per-
 the micro-batch in packed order, shifts it by one, and keeps its own window and TP shard. A
 target counts only inside its sequence (same segment) and where the next token is a loss token.
 
+The sampling temperature and nucleus of each target (``records.SAMPLING_TEMPERATURE`` and
+``SAMPLING_NUCLEUS``, when the window's sequences carry them) are shifted the same way, so the
+trainer scores each target under the distribution the engine drew it from; off the loss mask
+they are neutral (temperature 1, no nucleus).
+
 For the logprob-mismatch guard (``train.mismatch``) each loss position also says which reply turn
 of its sequence its target belongs to (a turn: a run of loss tokens) and which images (ordinals of
 the sequence's image runs) that turn's prompt showed, counted in the whole packed micro-batch so
@@ -25,11 +30,13 @@ import torch.distributed as dist
 from vlrl.pack.layout import Layout
 from vlrl.pack.packed import PackedWindow
 from vlrl.pack.plan import MicroBatch
-from vlrl.records import ADVANTAGES, LOGPROBS, TEACHER_LOGPROBS
+from vlrl.records import ADVANTAGES, LOGPROBS, SAMPLING_NUCLEUS, SAMPLING_TEMPERATURE, TEACHER_LOGPROBS
 from vlrl.train.mrope import window_mrope
 
 _OPTIONAL = (LOGPROBS, ADVANTAGES, TEACHER_LOGPROBS)
 """Per-token scalars a window has when the loss needs them; shifted like the ids."""
+_SAMPLING = (SAMPLING_TEMPERATURE, SAMPLING_NUCLEUS)
+"""Per-token sampling settings a window has when its sequences were sampled with them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,8 @@ class MicroBatchInputs:
     logprobs: np.ndarray | None  # (S,) the sampling policy's, when the window has them
     advantages: np.ndarray | None  # (S,)
     teacher_logprobs: np.ndarray | None  # (S,)
+    temperature: np.ndarray | None  # (S,) float32 the target was sampled at, when not 1 (1 off the mask)
+    nucleus: np.ndarray | None  # (S,) int64 kept count of its top-p nucleus (0: none, and off the mask)
     seq_loss_tokens: np.ndarray  # (S,) loss tokens of the position's whole sequence (0 off the mask)
     shard_segments: np.ndarray  # (S,) segment (index into the micro-batch's keys) of each position
     turn_ids: np.ndarray  # (S,) reply turn of the target within its sequence, 0-based (-1 off the mask)
@@ -71,8 +80,9 @@ def micro_batch_inputs(
     positions = np.concatenate([np.arange(a, b) for a, b in layout.cp_window(total, cp_rank)] or [np.zeros(0, np.int64)])
     if len(positions) != len(window):
         raise ValueError(f"CP rank {cp_rank}: window of {len(window)} tokens; the layout gives {len(positions)}")
-    names = [name for name in _OPTIONAL if getattr(window, name) is not None]
-    full = _packed_columns(window, names, layout, total, cp_group)  # (padded, 3 + len(names)), packed order
+    present = {**{name: getattr(window, name) for name in _OPTIONAL}, **window.extras}
+    names = [name for name in (*_OPTIONAL, *_SAMPLING) if present.get(name) is not None]
+    full = _packed_columns(window, [present[n] for n in names], layout, total, cp_group)  # (padded, 3 + len(names)), packed order
     seg = full[:, 1].astype(np.int64)
     nxt = np.concatenate([full[1:], np.zeros((1, full.shape[1]))])  # token q + 1's columns
     nxt_seg = np.concatenate([seg[1:], [-1]])
@@ -102,6 +112,8 @@ def micro_batch_inputs(
         target_ids=np.where(mask[mine], nxt[mine, 0], 0).astype(np.int64),
         loss_mask=mask[mine],
         **{name: shifted[name][mine] if name in shifted else None for name in _OPTIONAL},
+        temperature=_on_mask(shifted, SAMPLING_TEMPERATURE, mask[mine], mine, np.float32, 1),
+        nucleus=_on_mask(shifted, SAMPLING_NUCLEUS, mask[mine], mine, np.int64, 0),
         seq_loss_tokens=seq_tokens[mine].astype(np.float64),
         shard_segments=seg[mine],
         turn_ids=turn_ids[mine],
@@ -151,10 +163,20 @@ def _per_run_cumsum(flags: np.ndarray, run: np.ndarray) -> np.ndarray:
     return total - before_run
 
 
-def _packed_columns(window: PackedWindow, names: list[str], layout: Layout, total: int, cp_group) -> np.ndarray:
-    """``(padded_len, 3 + len(names))`` float64 of the whole micro-batch in packed order: token
-    ids, segment ids, loss mask, then the named optional scalars."""
-    columns = [window.token_ids, window.segment_ids, window.loss_mask, *(getattr(window, n) for n in names)]
+def _on_mask(
+    shifted: Mapping[str, np.ndarray], name: str, mask: np.ndarray, mine: np.ndarray, dtype: type, neutral: float
+) -> np.ndarray | None:
+    """The shard's shifted sampling column ``name`` on loss targets, ``neutral`` elsewhere (prompt
+    targets are stored as 0, which is no temperature); None when the window lacks the field."""
+    if name not in shifted:
+        return None
+    return np.where(mask, shifted[name][mine], neutral).astype(dtype)
+
+
+def _packed_columns(window: PackedWindow, optional: list[np.ndarray], layout: Layout, total: int, cp_group) -> np.ndarray:
+    """``(padded_len, 3 + len(optional))`` float64 of the whole micro-batch in packed order: token
+    ids, segment ids, loss mask, then the ``optional`` per-token scalars."""
+    columns = [window.token_ids, window.segment_ids, window.loss_mask, *optional]
     local = np.stack(columns, axis=1).astype(np.float64)  # (W, columns): token ids are exact in float64
     if cp_group is None:
         return local

@@ -298,14 +298,19 @@ class Trainer:
         logits = self.model(
             as_tensor(inputs.token_ids), as_tensor(inputs.mrope), mask, image_rows, as_tensor(inputs.image_index)
         )  # (S, V)
-        logprobs, entropy = token_logprobs_and_entropy(logits, as_tensor(inputs.target_ids))
+        targets = as_tensor(inputs.target_ids)
+        sampled = {  # the distribution each target was drawn from (train.targets); none: temperature 1, no top-p
+            "temperature": 1.0 if inputs.temperature is None else as_tensor(inputs.temperature),
+            "nucleus": None if inputs.nucleus is None else as_tensor(inputs.nucleus),
+        }
+        logprobs, entropy = token_logprobs_and_entropy(logits, targets, **sampled)
         ref_logprobs = None
         if self.reference is not None:
             with torch.no_grad():
                 ref_logits = self.reference(
                     as_tensor(inputs.token_ids), as_tensor(inputs.mrope), mask, ref_rows, as_tensor(inputs.image_index)
                 )
-                ref_logprobs, _ = token_logprobs_and_entropy(ref_logits, as_tensor(inputs.target_ids))
+                ref_logprobs, _ = token_logprobs_and_entropy(ref_logits, targets, **sampled)
                 del ref_logits
         out = self.loss_fn(
             logprobs,

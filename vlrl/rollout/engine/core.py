@@ -376,6 +376,7 @@ class EngineCore:
                 policy_version=version,
                 prefill_tokens=outcome.prefill_tokens,
                 reused_prefix_tokens=outcome.reused_prefix_tokens,
+                extras=outcome.extras,
             )
         )
 

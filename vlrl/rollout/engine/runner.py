@@ -34,7 +34,7 @@ from vlrl.models import family_of
 from vlrl.models.adapters import MergedAdapters, split_push
 from vlrl.rollout.engine.images import ProcessedImage
 from vlrl.rollout.engine.prefix import ImageSpan, KVPrefix
-from vlrl.rollout.engine.sampling import generator_for, sample
+from vlrl.rollout.engine.sampling import generator_for, sample, sampled_extras
 from vlrl.rollout.protocol import SamplingParams
 
 CACHE = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
@@ -65,6 +65,8 @@ class Outcome:
     prefill_tokens: int
     reused_prefix_tokens: int
     prefix: KVPrefix | None
+    extras: dict[str, np.ndarray]
+    """What the draws' distribution was beyond the logprobs (``sampling.sampled_extras``)."""
 
 
 @dataclass(slots=True)
@@ -77,6 +79,7 @@ class _Row:
     stop_ids: frozenset[int]
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    nucleus: list[int] = field(default_factory=list)
     finish: Literal["stop", "length"] | None = None
     outcome: Outcome | None = None
 
@@ -113,12 +116,13 @@ class ModelRunner:
         cache, mask, logits = self._prefill(rows)
         active = rows
         while True:
-            ids, logprobs = sample(
+            ids, logprobs, nucleus = sample(
                 logits, [r.seq.sampling for r in active], [r.generator for r in active], self._banned
             )
-            for row, token, logprob in zip(active, ids.tolist(), logprobs.tolist()):
+            for row, token, logprob, kept in zip(active, ids.tolist(), logprobs.tolist(), nucleus):
                 row.token_ids.append(token)
                 row.logprobs.append(logprob)
+                row.nucleus.append(kept)
                 if token in row.stop_ids:
                     row.finish = "stop"
                 elif len(row.token_ids) >= row.seq.sampling.max_tokens:
@@ -332,6 +336,7 @@ class ModelRunner:
             prefill_tokens=len(row.seq.prompt) - row.reused,
             reused_prefix_tokens=row.reused,
             prefix=prefix,
+            extras=sampled_extras(row.seq.sampling, row.nucleus),
         )
 
 
