@@ -50,9 +50,11 @@ from vlrl.job.session import JobSession, RunState
 from vlrl.job.tracking import Tracking
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.pool.tenant import TenantOutcome, lost_writers
-from vlrl.records import SeqMeta
+from vlrl.records import SAMPLING_TEMPERATURE, SeqMeta
 from vlrl.rollout.agent_loop import agent_loop_factory
 from vlrl.rollout.engine import VLLMEngine
+from vlrl.rollout.engine.sampling import sampled_fields
+from vlrl.rollout.protocol import SamplingParams
 from vlrl.rollout.rollout_side import TINY, RolloutSide
 from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.train.loss import PolicyLoss
@@ -166,6 +168,7 @@ class TrainJob:
             except ConfigError as error:
                 raise error.under("driver") from None
             self._check_teacher()
+            self._check_sampling()
             if self.start_from:
                 try:
                     start = read_checkpoint_state(Path(self.start_from))
@@ -184,6 +187,34 @@ class TrainJob:
                             source.agent.action_format,
                             f"a format demonstrations can be written in, one of {FORMATS} (or warm_start=None)",
                         )
+
+        def _check_sampling(self) -> None:
+            """The trainer scores each token under the distribution that sampled it, from what the
+            engine stored beside the logprobs (``rollout.engine.sampling.sampled_fields``): the
+            engine must report those fields, and sources packed into one micro-batch must carry the
+            same ones (a sequence without a field cannot stand in for one with it)."""
+            stored: tuple[str, ...] | None = None  # sources[0]'s fields
+            for i, source in enumerate(self.sources):
+                agent = source.agent
+                fields = sampled_fields(SamplingParams(temperature=agent.temperature, top_p=agent.top_p))
+                if fields and isinstance(self.engine, VLLMEngine.Config):
+                    setting = "temperature" if SAMPLING_TEMPERATURE in fields else "top_p"
+                    raise ConfigError(
+                        f"sources[{i}].agent.{setting}",
+                        getattr(agent, setting),
+                        f"1 with engine=VLLMEngine: vLLM does not report {list(fields)}, which the trainer"
+                        " needs to score tokens sampled at another temperature or top-p; use the embedded engine",
+                    )
+                stored = fields if stored is None else stored
+                if fields != stored:
+                    setting = "temperature" if (SAMPLING_TEMPERATURE in fields) != (SAMPLING_TEMPERATURE in stored) else "top_p"
+                    raise ConfigError(
+                        f"sources[{i}].agent.{setting}",
+                        getattr(agent, setting),
+                        f"a temperature and top_p that store the fields sources[0]'s do ({list(stored)}; temperature"
+                        " 0 or 1 stores no temperature, top_p 1 no nucleus): sequences packed together must carry"
+                        " the same fields",
+                    )
 
         def _check_teacher(self) -> None:
             uses = {
