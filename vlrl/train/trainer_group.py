@@ -118,6 +118,11 @@ def check_layout(layout: Layout) -> None:
 
 
 class TrainerGroup:
+    _adapters_only = False
+    """Whether pushes carry LoRA adapters (``Trainer.push_state``) rather than every weight."""
+    _first_push: Any = None
+    """Under LoRA, the ref of this group's first push: the one that carries the adapted modules' bases."""
+
     @dataclass(kw_only=True, slots=True)
     class Config(RankModel):
         """Trainer ranks as Ray actors, one per rank of the layout, and what each loads. The
@@ -190,6 +195,7 @@ class TrainerGroup:
             for w in self.workers
         ]
         self.parameters = ray.get(setups)[0]
+        self._adapters_only = rank_config.lora.enabled
 
     def step(self, metas: list[SeqMeta], min_version: int | None = None) -> dict[str, float]:
         """One optimizer step on ``metas`` (every rank gets the same metadata); rank 0's metrics.
@@ -222,7 +228,11 @@ class TrainerGroup:
 
         refs = [w.weights.remote(merged) for w in self.workers]  # collective: every rank gathers
         ray.get(refs[1:])
-        ray.get([keeper.keep.remote([refs[0]], version) for keeper in keepers])  # the ref, not the weights
+        kept = [refs[0]]
+        if self._adapters_only and not merged:  # a restarted replica needs the bases under the adapters
+            self._first_push = self._first_push or refs[0]
+            kept = [self._first_push, refs[0]]
+        ray.get([keeper.keep.remote(kept, version) for keeper in keepers])  # the refs, not the weights
         updates = [engine.update_weights.remote(refs[0], version) for engine in engines]
         for replica, update in enumerate(updates):
             try:

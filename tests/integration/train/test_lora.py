@@ -176,3 +176,39 @@ def test_the_checkpoint_adapter_folder_loads_with_peft(lora_run):
     want = reference_token_logprobs(trained, processor, tokens, pixels)
     np.testing.assert_allclose(reference_token_logprobs(peft_model, processor, tokens, pixels), want, rtol=0, atol=1e-10)
     np.testing.assert_allclose(reference_token_logprobs(merged, processor, tokens, pixels), want, rtol=0, atol=1e-9)
+
+
+class _Pushes:
+    """A stand-in rank 0 answering each push with the next of ``pushes``."""
+
+    def __init__(self, pushes: list[dict]) -> None:
+        self.pushes = pushes
+
+    def weights(self, merged: bool = False) -> dict:
+        return self.pushes.pop(0)
+
+
+def test_a_restarted_replica_gets_the_first_lora_push_under_the_latest(ray_session):
+    """Under LoRA only a trainer's first push carries the adapted modules' bases (its own, which a
+    warm start's merged checkpoint makes differ from the engine's): the keeper a restarted replica
+    reloads from holds that push under the latest, so the replica gets bases and latest adapters."""
+    from vlrl.rollout.engine.weights_keeper import latest_weights, start_keeper
+    from vlrl.train.trainer_group import TrainerGroup
+
+    ray = ray_session
+    m = "model.language_model.layers.0.self_attn.q_proj"
+    first = {m + ".weight": torch.full((2, 2), 7.0), m + LORA_A: torch.ones(1, 2), m + LORA_B: torch.zeros(2, 1)}
+    second = {m + LORA_A: torch.ones(1, 2), m + LORA_B: torch.full((2, 1), 3.0)}
+    group = object.__new__(TrainerGroup)  # the real push_weights over a stand-in rank
+    group.workers = [ray.remote(_Pushes).options(num_cpus=0).remote([first, second])]
+    group._adapters_only = True
+    name, keeper = start_keeper()
+    try:
+        group.push_weights([], 1, [keeper])
+        group.push_weights([], 2, [keeper])
+        kept, version = latest_weights(name)
+        assert version == 2 and set(kept) == set(first)
+        assert torch.equal(kept[m + ".weight"], first[m + ".weight"]) and torch.equal(kept[m + LORA_B], second[m + LORA_B])
+    finally:
+        ray.kill(keeper)
+        ray.kill(group.workers[0])

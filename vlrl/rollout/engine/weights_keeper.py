@@ -7,7 +7,7 @@ named actor the pusher hands every new weights' object ref and version before th
 before it serves anything. A keeper rather than a re-push on the next step: a replica that came
 back between two pushes would otherwise serve the base weights (as version 0) until then. The
 keeper lives as long as the replica's handle in the driver, and pins one copy of the latest
-weights in the object store. Every engine kind (embedded, vLLM) uses it the same way.
+weights in the object store (under LoRA also the trainer's first push, the one with the bases). Every engine kind (embedded, vLLM) uses it the same way.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ class WeightsKeeper:
         self._version = 0
 
     def keep(self, refs: list[ray.ObjectRef], version: int) -> None:
-        """``refs``: the weights' one object ref, in a list so that Ray hands the ref, not the weights."""
+        """``refs``: the weights' object refs, in a list so that Ray hands the refs, not the weights;
+        one, or under LoRA the trainer's first push (the adapted modules' bases) and the latest."""
         if version > self._version:
             self._refs, self._version = refs, version
 
@@ -55,9 +56,13 @@ def weights_keeper(engine: Any) -> Any:
 
 
 def latest_weights(keeper_name: str) -> tuple[Any, int]:
-    """What the keeper named ``keeper_name`` holds: (state dict, version), or (None, 0) before any push."""
+    """What the keeper named ``keeper_name`` holds: (state dict, version), or (None, 0) before any
+    push. Several refs are read in order, a later one's tensors over an earlier one's."""
     refs, version = ray.get(ray.get_actor(keeper_name).latest.remote())
-    return (ray.get(refs[0]) if refs else None), version
+    state: dict[str, Any] = {}
+    for weights in ray.get(refs):
+        state.update(weights)
+    return (state if refs else None), version
 
 
 _keepers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
