@@ -98,8 +98,8 @@ def mixed_small() -> TrainJob.Config:
     for source in config.sources:
         source.group_size = 2
     config.driver.groups_per_batch = 4
-    config.driver.hook.sampler.include_min = True
-    config.driver.hook.drop_zero_advantage = False
+    config.advantage.sampler.include_min = True
+    config.advantage.drop_zero_advantage = False
     config.steps = 2
     config.eval = Evaluation(episodes=2, every=0, screenshots=1, chance=False)
     config.checkpoint_every = 0

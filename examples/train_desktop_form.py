@@ -71,7 +71,7 @@ def step_credit() -> TrainJob.Config:
     """``recipe`` with step-level credit on the same seeds, warm start and budget."""
     config = recipe()
     config.run_dir = "runs/train_desktop_form_step_credit"
-    config.driver.hook.step_credit = StepCredit(weight=1.0, gamma=0.95)
+    config.advantage.step_credit = StepCredit(weight=1.0, gamma=0.95)
     return config
 
 

@@ -62,8 +62,8 @@ def small() -> TrainJob.Config:
     config.warm_start = WarmStart(episodes=6, steps=2, sequences_per_step=4, lr=1e-2, point_grid=7)
     config.sources[0].group_size = 4
     config.driver.groups_per_batch = 2
-    config.driver.hook.sampler.include_min = True
-    config.driver.hook.drop_zero_advantage = False
+    config.advantage.sampler.include_min = True
+    config.advantage.drop_zero_advantage = False
     config.steps = 2
     config.eval = Evaluation(episodes=2, every=0, screenshots=1)
     config.checkpoint_every = 0

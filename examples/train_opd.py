@@ -44,7 +44,7 @@ def recipe() -> TrainJob.Config:
         model_path="runs/train_click",
         engine=EmbeddedEngine.Config(cpus=0, max_batch=32, torch_threads=1),
     )
-    config.driver.hook.mode = "opd"
+    config.advantage.mode = "opd"
     config.steps = 30
     return config
 
@@ -56,7 +56,7 @@ def small() -> TrainJob.Config:
     config.tiny.seed = 1
     config.warm_start = WarmStart(episodes=8, steps=1, sequences_per_step=8, lr=1e-2, point_grid=7)
     config.teacher = Teacher(model_path="runs/train_click_small")
-    config.driver.hook.mode = "opd"
+    config.advantage.mode = "opd"
     config.eval = Evaluation(episodes=4, every=0, screenshots=1, chance=False)
     config.checkpoint_every = 0
     return config

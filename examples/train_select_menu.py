@@ -14,7 +14,7 @@ then GRPO on groups of 8, as the main job (``train_click.py``), except that the 
 in every turn (``goal_every_turn``) and the warm start's rate decays along a cosine: measured at
 the same budget, 0.255 held-out after the warm start where the main job's settings gave 0.15.
 
-``step_credit`` adds step-level credit (``hook.step_credit``): a group's episodes start on one
+``step_credit`` adds step-level credit (``advantage.step_credit``): a group's episodes start on one
 screen, and those that opened the same menu see the same second screen, so their item choices
 are compared with each other apart from the first click.
 
@@ -60,7 +60,7 @@ def step_credit() -> TrainJob.Config:
     """``recipe`` with step-level credit on the same seeds and budget."""
     config = recipe()
     config.run_dir = "runs/train_select_menu_step_credit"
-    config.driver.hook.step_credit = StepCredit(weight=1.0, gamma=0.95)
+    config.advantage.step_credit = StepCredit(weight=1.0, gamma=0.95)
     return config
 
 

@@ -114,9 +114,8 @@ def base_recipe(sources: list[DataSource], *, run_dir: str = "runs/train") -> Tr
         engine=EmbeddedEngine.Config(cpus=0, max_batch=32, torch_threads=2),
         pool=HarnessPool.Config(budget=HostBudget(total_hosts=1 + 2 * len(codebases), shares=shares)),
         sources=sources,
-        driver=Driver.Config(
-            groups_per_batch=8, max_staleness=1, max_groups_in_flight=16, prefetch_batches=1, hook=GroupHook.Config()
-        ),
+        driver=Driver.Config(groups_per_batch=8, max_staleness=1, max_groups_in_flight=16, prefetch_batches=1),
+        advantage=GroupHook.Config(),
         optim=Optimizer.Config(lr=1e-3),
         loss=PolicyLoss.Config(kind="grpo"),
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
@@ -137,8 +136,8 @@ def ci_size(config: TrainJob.Config, run_dir: str, *, demonstrations: int, group
     for source in config.sources:
         source.group_size = group_size
     config.driver.groups_per_batch = 2
-    config.driver.hook.sampler.include_min = True  # an untrained policy fails everything: keep such groups
-    config.driver.hook.drop_zero_advantage = False
+    config.advantage.sampler.include_min = True  # an untrained policy fails everything: keep such groups
+    config.advantage.drop_zero_advantage = False
     config.steps = 2
     config.eval = Evaluation(episodes=2, every=0, screenshots=1)
     config.checkpoint_every = 0

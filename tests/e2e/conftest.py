@@ -98,7 +98,7 @@ def finished_run(ray_session, tmp_path_factory) -> FinishedRun:
     again = _leg(run_dir, "steps=3", "resume=true", *CORRECTIONS)
 
     warm_start_state = read_checkpoint_state(warm_start)
-    branched = _leg(branch_dir, "steps=1", f"start_from={warm_start}", "driver.hook.step_credit=StepCredit")
+    branched = _leg(branch_dir, "steps=1", f"start_from={warm_start}", "advantage.step_credit=StepCredit")
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

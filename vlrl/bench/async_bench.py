@@ -157,9 +157,8 @@ def _train(run_dir: Path, name: str, mode: str, policy: str, shape: dict[str, An
         config.micro_batches = replace(config.micro_batches, max_tokens_per_micro_batch=8192)
         # Fifteen tries make most groups all-pass (and an untrained policy all-fail): train every
         # group, so that both modes take the same steps on the same groups' worth of episodes.
-        hook = config.driver.hook
-        sampler = replace(hook.sampler, include_min=True, include_max=True)
-        config.driver = replace(config.driver, hook=replace(hook, sampler=sampler, drop_zero_advantage=False))
+        config.advantage.sampler = replace(config.advantage.sampler, include_min=True, include_max=True)
+        config.advantage.drop_zero_advantage = False
     from vlrl.job.train_job import TrainJob
 
     with CpuMeter() as cpu:

@@ -95,8 +95,8 @@ def _config(fault: str, run_dir: Path, steps: int) -> Any:
     config.tensorboard = config.plots = False
     config.driver.groups_per_batch = 2
     config.driver.grader = GraderRunner.Config(timeout_s=TIMEOUT_S, max_attempts=1, backoff_s=0)
-    config.driver.hook.sampler.include_min = True  # an untrained policy fails everything: keep such groups
-    config.driver.hook.drop_zero_advantage = False
+    config.advantage.sampler.include_min = True  # an untrained policy fails everything: keep such groups
+    config.advantage.drop_zero_advantage = False
     config.pool.env_host = replace(config.pool.env_host, tenant_timeout_s=TIMEOUT_S)
     if fault == "cache_miss_burst":
         config.engine = replace(config.engine, image_cache_mb=0.01)
@@ -112,7 +112,8 @@ async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[s
     store = FlakyStore(s.store)
     pool = FlakyPool(s.meter)
     driver = Driver(
-        s.config.driver, s.config.sources, pool, store, grader=judge, tenant_factory=agent_loop_factory, seed=0
+        s.config.driver, s.config.sources, pool, store, advantage=s.config.advantage, grader=judge,
+        tenant_factory=agent_loop_factory, seed=0,
     )
     group = s.trainer_group(s.model_path)
     armed = fault in ("grader_hang", "harness_timeout", "hook_store_error", "pool_run_raises")

@@ -41,6 +41,8 @@ MOVED: dict[str, Moved] = {
         " micro_batches, dtype, encoder, reference and encode_chunk_tokens to trainer",
     ),
     "trainer.layout": Moved("layout"),
+    # the accept-time hook (sampler, penalties, advantages) is its own section, ``advantage``
+    "driver.hook": Moved("advantage"),
     # the warm start's schedule is spelled as the RL stage's (``optim.schedule``)
     "warm_start.lr_schedule": Moved("warm_start.schedule"),
 }

@@ -47,6 +47,7 @@ from typing import Annotated, Any
 from ray.exceptions import RayError
 
 from vlrl.config import ConfigError, DataSource, Ge, Gt
+from vlrl.config.moved import moved_attribute
 from vlrl.control.grader import Grader, GraderRunner
 from vlrl.control.group_hook import GroupHook
 from vlrl.control.replay import ReplayBuffer
@@ -178,9 +179,6 @@ class Driver:
         finishes while the trainer works launches the next, so rollouts run through training and
         weight sync (0: only what the current batch needs, rollout and training in turn)."""
 
-        hook: GroupHook.Config = field(default_factory=GroupHook.Config)
-        """Sampling, penalties and advantages applied to each finished group."""
-
         hook_retries: Annotated[int, Ge(0)] = 3
         """Retries of the accept-time hook when a store error fails it, before the group fails."""
 
@@ -194,6 +192,11 @@ class Driver:
         """Groups that may leave unaccepted (rejected, dropped, failed, stale) while one batch is
         being filled before the driver stops with ``DriverStalled``: a policy that fails (or
         solves) every task would otherwise roll out forever without a batch."""
+
+        def __getattr__(self, name: str) -> Any:
+            """Only for a name that is no field: a recipe's ``config.driver.hook`` is told where the
+            setting lives now."""
+            raise moved_attribute(type(self).__qualname__, "driver", name)
 
         def quotas(self, sources: list[DataSource]) -> dict[str, int]:
             """Groups each source contributes to every batch."""
@@ -214,25 +217,28 @@ class Driver:
         pool: HarnessPool,
         store: Any,
         *,
+        advantage: GroupHook.Config | None = None,
         grader: Grader | None = None,
         tenant_factory: TenantFactory,
         seed: int | Mapping[str, int] = 0,
         replay: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
-        """``seed``: the first task seed of every source, or of each by name. ``replay``: seeds of
-        each source to launch first, before new ones: the groups a checkpoint left open
-        (``open_seeds``), so that a resumed run trains each of them once."""
+        """``advantage``: the accept-time hook's settings (a job's top-level ``advantage`` section;
+        the defaults when None). ``seed``: the first task seed of every source, or of each by name.
+        ``replay``: seeds of each source to launch first, before new ones: the groups a checkpoint
+        left open (``open_seeds``), so that a resumed run trains each of them once."""
         names = [source.name for source in sources]
         if len(set(names)) != len(names):
             raise ConfigError("sources", names, "unique source names")
-        if config.hook.mode == "opd" and grader is None:
-            raise ConfigError("hook.mode", "opd", "a teacher scorer given as the driver's grader (control.teacher.TeacherScorer)")
+        advantage = advantage or GroupHook.Config()
+        if advantage.mode == "opd" and grader is None:
+            raise ConfigError("advantage.mode", "opd", "a teacher scorer given as the driver's grader (control.teacher.TeacherScorer)")
         self.config = config
         self.sources = {source.name: source for source in sources}
         self.quotas = config.quotas(sources)
         self.pool = pool
         self.store = store
-        self.hook = config.hook.build()
+        self.hook = advantage.build()
         self.grader = None
         if grader is not None:
             self.grader = (config.grader or GraderRunner.Config()).build(grader)
@@ -284,7 +290,7 @@ class Driver:
                     f"driver: {self._left() - left_before} groups left unaccepted while batch {self._step + 1}"
                     f" was being filled (most common: {reasons}). A policy that fails every task is rejected"
                     " by the pass-rate sampler: warm-start it, accept all-fail groups"
-                    " (hook.sampler.include_min), or give easier tasks; the bound is driver.stall_groups"
+                    " (advantage.sampler.include_min), or give easier tasks; the bound is driver.stall_groups"
                 )
             self._launch()
             await self._wait_for_progress()

@@ -36,7 +36,7 @@ from vlrl.records import SeqMeta
 
 @dataclass(kw_only=True, slots=True)
 class StepCredit:
-    """Step-level credit (``hook.step_credit``): turns made in equal states are compared."""
+    """Step-level credit (``advantage.step_credit``): turns made in equal states are compared."""
 
     weight: Annotated[float, Ge(0)] = 1.0
     """How much the step advantage adds to the episode advantage on a turn's tokens."""

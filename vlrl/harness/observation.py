@@ -40,7 +40,7 @@ class Observation:
     url: str | None = None
     """Current page address (browser harnesses)."""
     state_key: str | None = None
-    """What identifies the state the agent is in, for step-level credit (``hook.step_credit``):
+    """What identifies the state the agent is in, for step-level credit (``advantage.step_credit``):
     turns of one group whose states have equal keys are compared with each other. A harness sets
     it where the screenshot alone says too much or too little (a hash of the DOM or of the
     accessibility tree, with a ticking clock left out); None: the screenshot's content hash."""

@@ -35,6 +35,7 @@ from typing import Annotated, Any
 
 from vlrl.config import ConfigError, Ge, NonEmpty
 from vlrl.control.driver import Driver
+from vlrl.control.group_hook import GroupHook
 from vlrl.control.teacher import TeacherScorer
 from vlrl.job.action_text import FORMATS
 from vlrl.job.demos import DemoEpisode, WarmStart
@@ -69,7 +70,12 @@ class TrainJob:
         """An end-to-end RL run: rollouts on the Harness Pool, training, weight sync, evaluation."""
 
         driver: Driver.Config = field(default_factory=Driver.Config)
-        """Batch shares, staleness, rollout concurrency and the accept-time hook."""
+        """Batch shares, staleness and rollout concurrency."""
+
+        advantage: GroupHook.Config = field(default_factory=GroupHook.Config)
+        """What each finished group goes through before it may train: the pass-rate sampler
+        (``advantage.sampler.include_min``), penalties, the estimator (``advantage.estimator``),
+        step credit, or on-policy distillation (``advantage.mode='opd'``)."""
 
         steps: Annotated[int, Ge(0)] = 20
         """RL steps (one optimizer step and one weight push each)."""
@@ -108,7 +114,7 @@ class TrainJob:
 
         teacher: Teacher | None = None
         """On-policy distillation: the teacher checkpoint that scores every rollout of the RL stage
-        (with ``driver.hook.mode='opd'`` or ``loss.opd_coef > 0``), or None."""
+        (with ``advantage.mode='opd'`` or ``loss.opd_coef > 0``), or None."""
 
         checkpoint_every: Annotated[int, Ge(0)] = 10
         """RL steps between checkpoints (0: only at the end); the last one is kept."""
@@ -218,7 +224,7 @@ class TrainJob:
 
         def _check_teacher(self) -> None:
             uses = {
-                "driver.hook.mode": self.driver.hook.mode == "opd",
+                "advantage.mode": self.advantage.mode == "opd",
                 "loss.opd_coef": self.loss.opd_coef > 0,
             }
             if self.teacher is None:
@@ -227,8 +233,8 @@ class TrainJob:
                         raise ConfigError("teacher", None, f"a Teacher checkpoint: {name} needs teacher scores")
             elif not any(uses.values()):
                 raise ConfigError(
-                    "driver.hook.mode",
-                    self.driver.hook.mode,
+                    "advantage.mode",
+                    self.advantage.mode,
                     "'opd' (or loss.opd_coef > 0) when a teacher is given; else teacher=None",
                 )
 
@@ -361,6 +367,7 @@ class TrainJob:
                 config.sources,
                 s.meter,
                 s.store,
+                advantage=config.advantage,
                 grader=grader,
                 tenant_factory=agent_loop_factory,
                 seed=state.next_seeds or config.seed + state.generated,  # a state.json without next_seeds

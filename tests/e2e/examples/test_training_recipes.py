@@ -36,7 +36,7 @@ def _demonstrations(records: list[dict]) -> dict:
 
 
 def test_desktop_form_trains_on_multi_turn_typing_demonstrations_with_step_credit(ray_session, tmp_path):
-    summary, records = _run_small("train_desktop_form.py", tmp_path / "form", "driver.hook.step_credit=StepCredit")
+    summary, records = _run_small("train_desktop_form.py", tmp_path / "form", "advantage.step_credit=StepCredit")
     demos = _demonstrations(records)
     assert demos["demos/sequences"] == demos["demos/episodes"] == 8, demos["demos/dropped"]
     assert [r["step"] for r in records if r["phase"] == "warm-start" and "train/loss" in r] == [1, 2]

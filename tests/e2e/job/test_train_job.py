@@ -107,7 +107,7 @@ def test_a_crash_mid_step_with_rollouts_ahead_resumes_training_each_group_once(r
         config.eval = replace(config.eval, episodes=2, every=0, chance=False)
         config.plots = config.tensorboard = False
         config.driver = replace(config.driver, prefetch_batches=1, max_staleness=2)
-        config.driver.hook.sampler.include_max = True  # every group is accepted: each open one must train
+        config.advantage.sampler.include_max = True  # every group is accepted: each open one must train
         return config
 
     real = rl_step.train_on

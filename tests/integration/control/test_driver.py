@@ -162,8 +162,8 @@ def test_a_hung_thread_bound_harness_whose_release_times_out_fails_its_group_cou
 def test_a_batch_that_never_fills_stops_the_driver_with_the_reasons(parts):
     pool, store = parts
     never = GroupHook.Config(sampler=PassRateSampler.Config(min_pass_rate=0.9))  # every group passes <= 0.5
-    config = Driver.Config(groups_per_batch=1, max_groups_in_flight=2, hook=never, stall_groups=5)
-    driver = Driver(config, [A], pool, store, tenant_factory=_factory())
+    config = Driver.Config(groups_per_batch=1, max_groups_in_flight=2, stall_groups=5)
+    driver = Driver(config, [A], pool, store, advantage=never, tenant_factory=_factory())
 
     async def main():
         try:
@@ -281,15 +281,12 @@ class LateJudge:
 def test_late_grader_rewrites_rewards_before_acceptance(parts):
     pool, store = parts
     driver = Driver(
-        Driver.Config(
-            groups_per_batch=2,
-            grader=GraderRunner.Config(backoff_s=0),
-            # Pass rates from the judge's rewards, not from the harness's success flag.
-            hook=GroupHook.Config(sampler=PassRateSampler.Config(success_from="reward", reward_threshold=0.5)),
-        ),
+        Driver.Config(groups_per_batch=2, grader=GraderRunner.Config(backoff_s=0)),
         [A],
         pool,
         store,
+        # Pass rates from the judge's rewards, not from the harness's success flag.
+        advantage=GroupHook.Config(sampler=PassRateSampler.Config(success_from="reward", reward_threshold=0.5)),
         grader=LateJudge(),
         tenant_factory=_factory(),
     )

@@ -8,6 +8,7 @@ import pytest
 
 from vlrl.config import ConfigError, apply_overrides
 from vlrl.config.moved import MOVED, moved
+from vlrl.control.step_credit import StepCredit
 from vlrl.job.train_job import TrainJob
 from vlrl.recipes import DataSource, EnvSettings, WarmStart
 
@@ -31,6 +32,10 @@ def _get(cfg, path: str):
         ("optim.min_lr_ratio=0.05", "optim.min_lr_ratio", 0.05),
         ("steps=40", "steps", 40),
         ("driver.groups_per_batch=4", "driver.groups_per_batch", 4),
+        ("advantage.estimator=rloo", "advantage.estimator", "rloo"),
+        ("advantage.drop_zero_advantage=false", "advantage.drop_zero_advantage", False),
+        ("advantage.sampler.include_min=true", "advantage.sampler.include_min", True),
+        ("advantage.step_credit=StepCredit", "advantage.step_credit", StepCredit()),
         ("sources[0].group_size=4", "sources[0].group_size", 4),
         ("layout.tp=2", "layout.tp", 2),
         ("loss.kind=ppo", "loss.kind", "ppo"),
@@ -66,6 +71,8 @@ def test_the_warm_start_and_the_rl_stage_spell_the_schedule_alike():
         ("trainer.layout.dp=2", "layout.dp"),
         ("warm_start.lr_schedule=cosine", "warm_start.schedule"),
         ("trainer.trainer.lr_decay_steps=50", "optim.schedule"),
+        ("driver.hook.mode=opd", "advantage.mode"),
+        ("driver.hook.sampler.include_min=true", "advantage.sampler.include_min"),
     ],
 )
 def test_an_old_path_fails_naming_the_new_one(old, new):
@@ -90,6 +97,7 @@ def test_every_moved_path_leads_somewhere_that_exists(old):
     [
         (lambda c: c.trainer.trainer.lr, "config.trainer.trainer has moved to config.trainer (its fields moved up: the optimizer's to optim"),
         (lambda c: c.trainer.layout, "config.trainer.layout has moved to config.layout"),
+        (lambda c: c.driver.hook.sampler, "config.driver.hook has moved to config.advantage"),
     ],
 )
 def test_recipe_code_reading_an_old_path_is_told_the_new_one(read, new):
@@ -98,6 +106,8 @@ def test_recipe_code_reading_an_old_path_is_told_the_new_one(read, new):
     assert new in str(error.value)
     with pytest.raises(AttributeError, match=r"'TrainerGroup.Config' object has no attribute 'nothing'"):
         _job().trainer.nothing
+    with pytest.raises(AttributeError, match=r"'Driver.Config' object has no attribute 'nothing'"):
+        _job().driver.nothing
 
 
 def test_a_mistyped_path_is_not_taken_for_a_moved_one():

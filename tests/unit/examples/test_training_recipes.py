@@ -20,7 +20,7 @@ def test_the_select_menu_recipes_load_and_differ_in_step_credit_replay_or_warm_s
     assert config.sources[0].env.tasks == ["select-menu"]
     assert (config.warm_start.episodes, config.warm_start.steps) == {
         "long_warm_start": (4096, 1000), "small": (8, 2)}.get(spec, (512, 250))  # fmt: skip
-    assert (config.driver.hook.step_credit is None) == (spec in ("recipe", "replay", "long_warm_start"))
+    assert (config.advantage.step_credit is None) == (spec in ("recipe", "replay", "long_warm_start"))
     assert (config.sources[0].replay is None) == (spec != "replay")
     assert (config.loss.tis_cap is None) == (spec != "replay")
 

@@ -55,9 +55,9 @@ def test_a_teacher_with_another_vocabulary_is_refused(tiny_path, tmp_path):
 
 def test_opd_needs_a_teacher_and_a_teacher_needs_opd(tmp_path):
     config = TrainJob.Config()
-    config.driver.hook = GroupHook.Config(mode="opd")
-    with pytest.raises(ConfigError, match="'teacher'.*driver.hook.mode needs teacher scores"):
+    config.advantage = GroupHook.Config(mode="opd")
+    with pytest.raises(ConfigError, match="'teacher'.*advantage.mode needs teacher scores"):
         config.check()
     config = TrainJob.Config(teacher=Teacher(model_path=str(tmp_path)))
-    with pytest.raises(ConfigError, match="'driver.hook.mode'.*'opd'"):
+    with pytest.raises(ConfigError, match="'advantage.mode'.*'opd'"):
         config.check()
