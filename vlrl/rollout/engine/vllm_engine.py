@@ -409,7 +409,9 @@ def engine_args(config: VLLMEngine.Config, *, model_path: str) -> dict[str, Any]
     (``engine_args`` adds the rest).
 
     Fixed choices: raw logprobs (``log_softmax`` of the model's logits before temperature, top-p
-    or biases: the behaviour policy's ``log pi(a|s)``, as ``EmbeddedEngine`` reports); vLLM's own
+    or biases: the behaviour policy's ``log pi(a|s)`` at temperature 1 without top-p, as
+    ``EmbeddedEngine`` reports; vLLM reports no nucleus, so ``TrainJob.check`` refuses other
+    sampling for training); vLLM's own
     sampling defaults instead of the checkpoint's ``generation_config`` (each request says how to
     sample); the worker extension that loads pushed weights; vLLM's workers as subprocesses of
     this actor, on the GPUs it reserved (a Ray executor would ask Ray for GPUs the actor holds).

@@ -23,7 +23,9 @@ Token-in/token-out. ``prompt_token_ids`` (a vlrl extension) is the whole prompt 
 ``<|image_pad|>`` run already expanded; the ``messages`` then carry only the images, in prompt
 order. ``return_token_ids`` (vLLM's flag) adds ``choices[0].token_ids`` and ``prompt_token_ids``;
 ``logprobs: true`` adds OpenAI's ``choices[0].logprobs.content[i].logprob``: the sampled token's
-log-probability under the raw policy (temperature 1, before top-p), like vLLM's default::
+log-probability under the distribution it was drawn from (temperature and top-p applied, as
+vLLM's ``processed_logprobs``; at temperature 1 without top-p the raw policy's, as vLLM's
+default). The nucleus and temperature the embedded engine reports beside it are not sent::
 
     {"model": "m", "prompt_token_ids": [1, 91, ..., 3, 3, 3, ..., 207],
      "messages": [{"role": "user", "content": [
