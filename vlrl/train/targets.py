@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,6 +62,15 @@ class MicroBatchInputs:
     turn_ids: np.ndarray  # (S,) reply turn of the target within its sequence, 0-based (-1 off the mask)
     turn_first_image: np.ndarray  # (S,) ordinal of the first image of that turn's prompt in its sequence
     turn_images: np.ndarray  # (S,) images of that turn's prompt, since the previous turn (0: none)
+
+    def sampled_distribution(self, device: torch.device) -> dict[str, Any]:
+        """``token_logprobs_and_entropy``'s ``temperature`` and ``nucleus`` for these targets: the
+        distribution each was drawn from (temperature 1 and no nucleus when not stored)."""
+        as_tensor = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
+        return {
+            "temperature": 1.0 if self.temperature is None else as_tensor(self.temperature),
+            "nucleus": None if self.nucleus is None else as_tensor(self.nucleus),
+        }
 
 
 def micro_batch_inputs(

@@ -299,10 +299,7 @@ class Trainer:
             as_tensor(inputs.token_ids), as_tensor(inputs.mrope), mask, image_rows, as_tensor(inputs.image_index)
         )  # (S, V)
         targets = as_tensor(inputs.target_ids)
-        sampled = {  # the distribution each target was drawn from (train.targets); none: temperature 1, no top-p
-            "temperature": 1.0 if inputs.temperature is None else as_tensor(inputs.temperature),
-            "nucleus": None if inputs.nucleus is None else as_tensor(inputs.nucleus),
-        }
+        sampled = inputs.sampled_distribution(self.device)
         logprobs, entropy = token_logprobs_and_entropy(logits, targets, **sampled)
         ref_logprobs = None
         if self.reference is not None:

@@ -5,48 +5,17 @@ is that of the tempered nucleus, against a hand-written reference."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import torch
 from transformers import Qwen2VLForConditionalGeneration
 
-from tests.helpers.chat import part, request, run_core, screen, user_turn
-from vlrl.mm import patch_rule_of
+from tests.helpers.sampled_trajectory import stored_two_turns
 from vlrl.pack import Layout, MicroBatchPlanner, cut_window
-from vlrl.records import ADVANTAGES, SAMPLING_NUCLEUS, SAMPLING_TEMPERATURE, fields_for
-from vlrl.rollout.chat import Segment
-from vlrl.rollout.client import ContextImage
-from vlrl.rollout.protocol import SamplingParams
-from vlrl.rollout.trajectory import Trajectory
+from vlrl.records import SAMPLING_NUCLEUS, SAMPLING_TEMPERATURE, fields_for
 from vlrl.store import LocalStore
 from vlrl.train.loss import token_logprobs_and_entropy
 from vlrl.train.mrope import sequence_mrope
 from vlrl.train.targets import micro_batch_inputs
-
-SAMPLING = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=10, seed=11)
-
-
-def _two_turns(tiny_path, processor) -> tuple[Trajectory, np.ndarray]:
-    """Turn 1 shows a screenshot; turn 2 continues the same context with a text message."""
-    shot = screen(320, 240, 4)
-    first = user_turn(processor, "click the Save button", [shot])
-    image_offset = int(np.flatnonzero(first == processor.tokenizer.convert_tokens_to_ids("<|image_pad|>"))[0])
-    image = ContextImage.of(shot)
-    trajectory = Trajectory("traj-e2e")
-
-    async def body(core):
-        trajectory.set_context(Segment(first.tolist(), [image_offset]), [image])
-        result = await core.generate(request(first, (part(shot),), trajectory="traj-e2e", sampling=SAMPLING))
-        trajectory.add_generated(result)
-        second = np.concatenate([trajectory.current.prompt_array(), user_turn(processor, "now press Enter", [], first=False)])
-        trajectory.set_context(Segment(second.tolist(), [image_offset]), [image])
-        sampling = replace(SAMPLING, seed=12)
-        result = await core.generate(request(second, (part(shot, send=False),), trajectory="traj-e2e", sampling=sampling))
-        trajectory.add_generated(result)
-
-    run_core(tiny_path, body)
-    return trajectory, shot
 
 
 def _nucleus_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, kept: torch.Tensor) -> torch.Tensor:
@@ -61,14 +30,8 @@ def _nucleus_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: 
 
 
 def test_trainer_logprobs_and_ratio_gradient_are_those_of_the_sampling_distribution(tiny_path, processor):
-    trajectory, shot = _two_turns(tiny_path, processor)
-    store = LocalStore()
-    (meta,) = trajectory.finish(
-        store, key="seq/e2e", group_id="g", source="s", sample_index=0, reward=1.0, success=True,
-        finish="done", patch_rule=patch_rule_of(processor),
-    )  # fmt: skip
+    store, meta, shot = stored_two_turns(tiny_path, processor, LocalStore())
     assert sorted(meta.extra_fields) == [SAMPLING_NUCLEUS, SAMPLING_TEMPERATURE] and meta.turns == 2
-    store.add_fields(meta.key, {ADVANTAGES: np.ones(meta.num_tokens, np.float32)})  # as the group hook would
 
     layout = Layout(1)
     (mb,) = MicroBatchPlanner.Config().build().plan([meta], 1).ranks[0]
@@ -91,9 +54,7 @@ def test_trainer_logprobs_and_ratio_gradient_are_those_of_the_sampling_distribut
     ).logits[0].float()  # (T, V), the trainer's forward of the packed sequence  # fmt: skip
     logits = torch.cat([logits, logits.new_zeros(len(on) - len(logits), logits.shape[1])]).detach().requires_grad_()
     targets = torch.from_numpy(inputs.target_ids)
-    logp, _ = token_logprobs_and_entropy(
-        logits, targets, torch.from_numpy(inputs.temperature), torch.from_numpy(inputs.nucleus)
-    )
+    logp, _ = token_logprobs_and_entropy(logits, targets, **inputs.sampled_distribution(logits.device))
     old = torch.from_numpy(inputs.logprobs.astype(np.float32))
     np.testing.assert_allclose(logp.detach()[on].numpy(), old[on].numpy(), rtol=0, atol=1e-5)
     raw = torch.log_softmax(logits.detach()[on], -1).gather(1, targets[on, None])[:, 0]
