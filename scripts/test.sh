@@ -16,7 +16,7 @@ bash scripts/setup.sh
 export RAY_AUTH_MODE=disabled
 
 LANES=(unit integration e2e vllm)
-WORKERS=(-n "${VLRL_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder)
+WORKERS=(-n "${VLRL_TEST_WORKERS:-2}" --no-loadscope-reorder)
 
 # pytest with exit 5 turned into a failure; prints why.
 run_pytest() {

@@ -58,21 +58,35 @@ def processor(tiny_path):
     return AutoProcessor.from_pretrained(tiny_path)
 
 
-ONE_WORKER_FOLDERS = ("tests/integration/harnesses/xdesktop/",)
-"""Folders whose tests run on one worker: the X desktop's pool test counts desktop processes
-machine-wide, so the folder's other modules must not start theirs meanwhile."""
+SHARED_WORK_UNITS = {
+    "tests/e2e/job/test_train_job.py": "canonical run",
+    "tests/e2e/job/test_eval.py": "canonical run",
+    "tests/integration/harnesses/xdesktop/": "x desktop",
+}
+"""Modules (or folders) that one test worker runs together, besides each module's own tests: the
+readers of the e2e lane's canonical run (built once, by the worker that runs them), and the X
+desktop's modules (its pool test counts desktop processes machine-wide)."""
+
+
+def work_unit(nodeid: str) -> str:
+    """The work unit of a test: its shared unit, else its module (module-scoped pools are built once)."""
+    module = nodeid.split("::")[0]
+    return next((unit for prefix, unit in SHARED_WORK_UNITS.items() if module.startswith(prefix)), module)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """scripts/test.sh runs each lane in pytest-xdist workers; a work unit goes to one worker whole.
+    (xdist's own ``xdist_group`` marks do not reach its scheduler under pytest 9.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Work units for pytest-xdist's ``--dist loadgroup`` (scripts/test.sh runs each lane in two
-    workers): a module's tests stay on one worker, so its module-scoped pools are
-    built once, and every reader of the e2e lane's canonical run shares the worker that builds it.
-    That run is the longest unit, so it goes first."""
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        if "finished_run" in item.fixturenames:
-            group = "canonical-run"
-        else:
-            group = next((folder for folder in ONE_WORKER_FOLDERS if module.startswith(folder)), module)
-        item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: "finished_run" not in item.fixturenames)
+    """The canonical run is the longest work unit, so its tests go first (scripts/test.sh keeps the
+    collection's order: ``--no-loadscope-reorder``)."""
+    items.sort(key=lambda item: work_unit(item.nodeid) != "canonical run")

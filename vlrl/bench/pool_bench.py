@@ -43,7 +43,7 @@ from vlrl.mm import encode_image
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode
 
 SIZES = {
-    "smoke": {"n": 12, "steps": (5, 10), "io_median_s": 0.1, "runs": 1, "sweep": (12, 16)},
+    "smoke": {"n": 24, "steps": (5, 10), "io_median_s": 0.1, "runs": 2, "sweep": (24, 32)},
     "small": {"n": 24, "steps": (15, 30), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48)},
     "full": {"n": 48, "steps": (15, 50), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48, 96, 192, 384)},
 }
