@@ -34,7 +34,7 @@ class Rank0:
         self._model_path = model_path
         self._gathers = 0
 
-    def weights(self) -> dict[str, np.ndarray]:
+    def weights(self, merged: bool = False) -> dict[str, np.ndarray]:
         self._gathers += 1
         return perturbed(self._model_path, scale=0.05 * self._gathers)
 
