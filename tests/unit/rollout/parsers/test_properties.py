@@ -4,6 +4,7 @@ no other exception, no hang, and nothing in the text is ever executed."""
 from __future__ import annotations
 
 import builtins
+import gc
 import os
 import re
 import subprocess
@@ -54,10 +55,23 @@ def nothing_runs() -> Iterator[None]:
             setattr(module, name, original)
 
 
+@contextmanager
+def no_collections() -> Iterator[None]:
+    """The garbage collector off: a full collection of the test process's heap (half a CPU second
+    in a worker that had loaded models) would count against the parse it happened to fall in."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def check(fmt: str, text: str) -> Action | None:
     """Parse under ``nothing_runs`` within ``PARSE_CPU_S``; only an in-bounds Action or a short
     ParseError may come out."""
-    with nothing_runs():
+    with nothing_runs(), no_collections():
         started = time.thread_time()
         try:
             action = PARSERS[fmt].parse(text, SCREEN)
