@@ -175,6 +175,13 @@ class TrainJob:
                 raise error.under("driver") from None
             self._check_teacher()
             self._check_sampling()
+            if self.start_from and self.lora.enabled:
+                # Measured: :lora from the main job's warm-start checkpoint (0.765) evaluated that
+                # checkpoint at 0.0 before any RL step; until a branch carries its weights into the
+                # adapted model, refuse it rather than train from the wrong weights.
+                raise ConfigError(
+                    "start_from", self.start_from, "no checkpoint while lora.rank > 0 (a LoRA run starts from model_path or resumes its own run)"
+                )
             if self.start_from:
                 try:
                     start = read_checkpoint_state(Path(self.start_from))
