@@ -20,7 +20,8 @@ from vlrl.mm import patch_rule_of, store_image
 from vlrl.models import family_of
 from vlrl.records import PIXELS, SeqMeta
 from vlrl.store import LocalStore, PayloadStore
-from vlrl.train.loss import Normaliser, PolicyLoss, token_logprobs_and_entropy
+from vlrl.train.loss import Normaliser, PolicyLoss
+from vlrl.train.token_logprobs import token_logprobs_and_entropy
 
 SIZES = [(56, 84), (112, 112), (84, 168), (140, 56)]
 

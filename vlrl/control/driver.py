@@ -41,13 +41,14 @@ import contextlib
 import logging
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from ray.exceptions import RayError
 
 from vlrl.config import ConfigError, DataSource, Ge, Gt
 from vlrl.config.moved import moved_attribute
+from vlrl.control.driver_book import DriverBook
 from vlrl.control.grader import Grader, GraderRunner
 from vlrl.control.group_hook import GroupHook
 from vlrl.control.replay import ReplayBuffer
@@ -71,86 +72,6 @@ SHARD_ERRORS = (ShardLostError, StoreTimeoutError, RayError)
 TenantFactory = Callable[[DataSource, int, str, int], Tenant]
 """Builds the tenant of one trajectory: ``(source, task_seed, group_id, sample_index)``; the
 training job passes ``rollout.agent_loop.agent_loop_factory``."""
-
-
-OUTCOMES = ("rejected", "dropped", "failed", "stale")
-"""How a group leaves untrained; each leave is counted with its reason."""
-
-OPEN = ("rolling out", "grading", "deciding")
-"""Where a group not decided yet is: ``pending`` counts these."""
-
-HELD = ("buffered", "training", "deleted at close")
-"""Where an accepted group not trained yet is (deleted at close: the run ended first; its task is
-still open in ``TaskSeeds``, so a resumed run plays it again)."""
-
-
-@dataclass(slots=True)
-class DriverBook:
-    """Group counts of the whole run, why groups left, and where every group still held is."""
-
-    generated: int = 0
-    accepted: int = 0
-    rejected: int = 0
-    dropped: int = 0
-    failed: int = 0
-    stale: int = 0
-    graded: int = 0
-    trained: int = 0
-    stale_tokens: int = 0
-    """Generated tokens of trained groups left out of the loss: sampled by a policy version
-    older than their batch's ``min_version``."""
-    reasons: Counter[str] = field(default_factory=Counter)
-    """``"<outcome>: <kind>"`` -> groups that left so; per outcome they add up to its count."""
-    incidents: Counter[str] = field(default_factory=Counter)
-    """Store troubles that ended no group (a delete or release that failed on a dead shard)."""
-    where: dict[str, str] = field(default_factory=dict)
-    """Group id -> where it is, for every group generated and neither left nor trained (``OPEN``
-    or ``HELD``); written at each move, independently of the counters."""
-
-    @property
-    def pending(self) -> int:
-        """Groups open now (rolling out, being graded or decided), counted from ``where``."""
-        return sum(1 for place in self.where.values() if place in OPEN)
-
-    def held(self) -> int:
-        """Accepted groups not trained: buffered, with the trainer, or deleted at close."""
-        return sum(1 for place in self.where.values() if place in HELD)
-
-    def drift(self) -> list[str]:
-        """Where the books disagree with themselves, each naming its counter; [] when exact."""
-        problems = []
-        for outcome in OUTCOMES:
-            count = getattr(self, outcome)
-            told = sum(n for reason, n in self.reasons.items() if reason.startswith(f"{outcome}: "))
-            if count != told:
-                problems.append(f"{outcome}: counted {count}, but its reasons add up to {told}")
-        left = self.accepted + sum(getattr(self, outcome) for outcome in OUTCOMES)
-        if self.generated != left + self.pending:
-            problems.append(
-                f"generated: counted {self.generated}, but accepted + rejected + dropped + failed + stale"
-                f" = {left} and {self.pending} are open"
-            )
-        if self.accepted != self.trained + self.held():
-            problems.append(
-                f"accepted: counted {self.accepted}, but {self.trained} were trained and {self.held()} are held"
-            )
-        return problems
-
-    def report(self) -> dict[str, Any]:
-        return {
-            "generated": self.generated,
-            "graded": self.graded,
-            "accepted": self.accepted,
-            "rejected": self.rejected,
-            "dropped": self.dropped,
-            "failed": self.failed,
-            "stale": self.stale,
-            "pending": self.pending,
-            "trained": self.trained,
-            "stale_tokens": self.stale_tokens,
-            "reasons": dict(self.reasons),
-            "incidents": dict(self.incidents),
-        }
 
 
 class DriverStalled(RuntimeError):

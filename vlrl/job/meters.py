@@ -11,7 +11,7 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
-from vlrl.control.driver import DriverBook
+from vlrl.control.driver_book import DriverBook
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import Tenant, TenantOutcome
 from vlrl.records import Batch, SeqMeta

@@ -43,7 +43,8 @@ from vlrl.store import StoreError
 from vlrl.train.checkpoint_io import TRAINER_FILE, load_sharded, load_trainer_file, save_trainer_file
 from vlrl.train.encode_step import StepEncoder
 from vlrl.train.lora import LoRA
-from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss, token_logprobs_and_entropy
+from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss
+from vlrl.train.token_logprobs import token_logprobs_and_entropy
 from vlrl.train.mismatch import mismatch_metrics, mismatch_sums, turn_gaps, warn_mismatched
 from vlrl.train.mrope import sequence_mrope
 from vlrl.train.optimizer import Optimizer

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from vlrl.config import DataSource, EnvSettings
-from vlrl.control.driver import OUTCOMES, Driver
+from vlrl.control.driver import Driver
+from vlrl.control.driver_book import OUTCOMES
 from vlrl.pool.tenant import TenantOutcome
 from vlrl.records import SeqMeta
 from vlrl.store.local import LocalStore

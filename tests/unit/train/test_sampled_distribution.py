@@ -13,7 +13,7 @@ from tests.helpers.sampled_trajectory import stored_two_turns
 from vlrl.pack import Layout, MicroBatchPlanner, cut_window
 from vlrl.records import SAMPLING_NUCLEUS, SAMPLING_TEMPERATURE, fields_for
 from vlrl.store import LocalStore
-from vlrl.train.loss import token_logprobs_and_entropy
+from vlrl.train.token_logprobs import token_logprobs_and_entropy
 from vlrl.train.mrope import sequence_mrope
 from vlrl.train.targets import micro_batch_inputs
 
