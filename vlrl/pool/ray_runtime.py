@@ -3,10 +3,17 @@
 vlrl never turns Ray's token authentication off: whoever reaches a Ray cluster's ports can run
 code on it (recipe modules travel to the workers by value), so a local Ray started here is kept
 to loopback, and a cluster is the deployment's to keep private (``docs/cluster.md``).
+
+With ``RAY_AUTH_MODE`` unset, a new local Ray turns token authentication on (Ray's default) and
+warns "Set RAY_AUTH_MODE=disabled to opt out", which invites the one change that makes the node
+unsafe; vlrl drops that one warning for the local start it makes. Authentication stays as Ray
+sets it; a mode set in the environment is Ray's to honour, and a joined cluster is untouched.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,7 +47,7 @@ class RayRuntime:
         if self.address is not None:
             ray.init(address=self.address, log_to_driver=False)
             return True
-        with _single_machine():
+        with _single_machine(), _without_opt_out_warning():
             ray.init(
                 address="local",
                 _node_ip_address=LOOPBACK,
@@ -65,3 +72,28 @@ def _single_machine() -> Iterator[None]:
         yield
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = cluster
+
+
+OPT_OUT_WARNING = "Set RAY_AUTH_MODE=disabled to opt out"
+"""The words of Ray's warning when a new local node turns token authentication on by default."""
+
+
+class _DropOptOutWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return OPT_OUT_WARNING not in record.getMessage()
+
+
+@contextmanager
+def _without_opt_out_warning() -> Iterator[None]:
+    """While a local node starts with ``RAY_AUTH_MODE`` unset, drop Ray's warning that token
+    authentication is on and how to turn it off: on is what a loopback node should be."""
+    if "RAY_AUTH_MODE" in os.environ:  # Ray warns of nothing when the mode is set
+        yield
+        return
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    drop = _DropOptOutWarning()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
