@@ -13,7 +13,8 @@ processor and config. What differs is here:
   the all-to-all then apply unchanged, and a tower with DeepStack levels returns them as extra
   columns (``VisionEncoder.feature_levels``);
 * the action format its released checkpoints were trained to write;
-* its tiny offline build (``tiny_config``), which the tests and the CPU demos train.
+* its tiny offline build (``tiny_config``), which the tests and the CPU demos train;
+* a weight whose in-memory layout differs from its checkpoint file's (``checkpoint_tensor``).
 """
 
 from __future__ import annotations
@@ -75,6 +76,12 @@ class ModelFamily(ABC):
         ``vision`` the vision tower's ``depth``, ``hidden_size`` and ``num_heads``, ``tokens`` the
         placeholder ids, and the processor wraps ``tokenizer`` with the family's image processor
         bounded by ``min_pixels``/``max_pixels``."""
+
+    def checkpoint_tensor(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """The weight ``name`` of the loaded model's state dict as a checkpoint file stores it (what
+        a saved ``hf/`` folder and vLLM's ``load_weights`` take); the same tensor unless the
+        family's transformers class keeps it in another layout in memory (Qwen3-VL-MoE's experts)."""
+        return tensor
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

@@ -27,6 +27,8 @@ class Qwen3VL(ModelFamily):
     model_types = ("qwen3_vl",)
     model_class = Qwen3VLForConditionalGeneration
     action_format = "qwen3vl"
+    config_class: type = Qwen3VLConfig
+    """The transformers config class the tiny build is written with."""
 
     def tower_encoder(self, model: Any, processor: Any) -> VisionEncoder:
         from encoders.qwen3vl import Qwen3VLEncoder
@@ -43,7 +45,8 @@ class Qwen3VL(ModelFamily):
             patch_size=16,
             num_position_embeddings=64,
         )
-        config = Qwen3VLConfig(text_config={**text, "head_dim": text["hidden_size"] // text["num_attention_heads"], "rope_parameters": rope}, vision_config=vision, **tokens)
+        text = {**text, "head_dim": text["hidden_size"] // text["num_attention_heads"], "rope_parameters": rope, **self.tiny_text(text)}
+        config = self.config_class(text_config=text, vision_config=vision, **tokens)
         images = Qwen2VLImageProcessor(
             patch_size=16,
             image_mean=list(IMAGE_MEAN),
@@ -55,3 +58,7 @@ class Qwen3VL(ModelFamily):
             image_processor=images, tokenizer=tokenizer, video_processor=Qwen3VLVideoProcessor(), chat_template=chat_template
         )
         return config, processor
+
+    def tiny_text(self, text: dict[str, Any]) -> dict[str, Any]:
+        """Text-config settings a subclass adds to the tiny LLM (none for the dense family)."""
+        return {}

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -32,7 +34,7 @@ class TinyModel:
 
     family: str = "qwen2_vl"
     """Model family of the tiny build: a registered family (``qwen2_vl``, ``qwen2_5_vl``,
-    ``qwen3_vl``)."""
+    ``qwen3_vl``, ``qwen3_vl_moe``: 4 experts, 2 per token)."""
 
     seed: Annotated[int, Ge(0)] = 0
     """Seed of the random initial weights."""
@@ -227,8 +229,21 @@ def build_tiny(
     model.generation_config.eos_token_id = text["eos_token_id"]
     model.generation_config.pad_token_id = text["pad_token_id"]
     model.save_pretrained(path)
+    _in_checkpoint_layout(family, path / "model.safetensors")
     processor.save_pretrained(path)
     return path
+
+
+def _in_checkpoint_layout(family: ModelFamily, file: Path) -> None:
+    """Rewrite ``file``'s weights as the family's released checkpoints store them
+    (``ModelFamily.checkpoint_tensor``): ``save_pretrained`` writes the in-memory layout, which
+    transformers reads back but vLLM does not."""
+    with safe_open(str(file), "pt") as handle:
+        metadata = handle.metadata()
+        weights = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (not a dict)
+    stored = {name: family.checkpoint_tensor(name, value).contiguous() for name, value in weights.items()}
+    if any(stored[name].shape != value.shape for name, value in weights.items()):
+        save_file(stored, str(file), metadata=metadata)
 
 
 WORD_VOCAB = 6

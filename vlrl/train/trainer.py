@@ -35,6 +35,7 @@ from encoders.protocol import VisionEncoder
 from encoders.spec import ENCODER_DIR, STATE_PREFIX, EncoderSpec, ResolvedEncoder
 from vlrl.atomic import atomic_path, fsync
 from vlrl.config import ConfigError, Ge
+from vlrl.models import family_of
 from vlrl.pack import Layout, MicroBatchPlanner, PackedWindow, new_tp_group, packer_for_rank
 from vlrl.pack.packed import PAD_SEGMENT_ID
 from vlrl.pack.packer import PackError
@@ -463,7 +464,8 @@ class Trainer:
                 weights.update(self.model.tower_state())
                 self.model.encoder.save_pretrained(hf / ENCODER_DIR)
             with atomic_path(hf / "model.safetensors") as tmp:
-                save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp))
+                family = family_of(self.model_path)  # a checkpoint file's layout, which vLLM reads too
+                save_file({k: family.checkpoint_tensor(k, v).contiguous() for k, v in weights.items()}, str(tmp))
             for name in HF_FILES:
                 if (Path(self.model_path) / name).exists():
                     with atomic_path(hf / name) as tmp:

@@ -15,8 +15,8 @@ from vlrl.config import load_recipe
 from vlrl.mm import PatchRule, patch_rule_of
 from vlrl.models import SPECIAL_TOKENS, build_tiny, family, family_of
 
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
-PATCH = {"qwen2_vl": 14, "qwen2_5_vl": 14, "qwen3_vl": 16}
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
+PATCH = {"qwen2_vl": 14, "qwen2_5_vl": 14, "qwen3_vl": 16, "qwen3_vl_moe": 16}
 TRAIN_CLICK = Path(__file__).resolve().parents[3] / "examples" / "train_click.py"
 
 
@@ -128,3 +128,27 @@ def test_a_recipes_tiny_family_is_the_family_the_job_trains(name, tmp_path):
     which keeps runs only where the job's path differs (Qwen3-VL; a transformers-built folder)."""
     config = load_recipe(f"{TRAIN_CLICK}:small", [f"tiny.family={name}"])
     assert family_of(config.tiny.build(tmp_path / "model")).name == name
+
+
+def test_the_moe_build_stores_its_experts_as_released_checkpoints_do_and_loads_back_exactly(tmp_path):
+    """Qwen3-VL-MoE's fused experts are ``(experts, out, in)`` in memory and ``(experts, in, out)``
+    in the file (what vLLM reads); transformers loads the file back to the very model it built."""
+    from safetensors import safe_open
+
+    name = "qwen3_vl_moe"
+    path = build_tiny(name, tmp_path / "moe")
+    model = family(name).load(path)
+    text = model.config.text_config
+    assert (text.num_experts, text.num_experts_per_tok) == (4, 2)
+    layer = "model.language_model.layers.0.mlp.experts."
+    with safe_open(str(path / "model.safetensors"), "pt") as handle:
+        stored = {k: handle.get_tensor(k) for k in (layer + "gate_up_proj", layer + "down_proj")}
+    assert tuple(stored[layer + "gate_up_proj"].shape) == (4, text.hidden_size, 2 * text.moe_intermediate_size)
+    assert tuple(stored[layer + "down_proj"].shape) == (4, text.moe_intermediate_size, text.hidden_size)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        built = family(name).model_class(model.config)
+    for key, value in built.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[key], value, rtol=0, atol=0, msg=key)
+    for key, value in stored.items():
+        assert torch.equal(family(name).checkpoint_tensor(key, model.state_dict()[key]), value)

@@ -9,7 +9,7 @@ import torch
 from vlrl.config import ConfigError
 from vlrl.models import TinyModel, build_tiny, family
 
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)

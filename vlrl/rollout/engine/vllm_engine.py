@@ -203,8 +203,10 @@ class VLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         from vlrl.mm import patch_rule_of
+        from vlrl.models import family_of
 
         self._config = config
+        self._family = family_of(model_path)
         model_config = AutoConfig.from_pretrained(model_path)
         processor = AutoProcessor.from_pretrained(model_path)
         tokenizer = processor.tokenizer
@@ -266,7 +268,7 @@ class VLLMEngine:
         async with self._update_lock:
             if version <= self._version:
                 raise ValueError(f"update_weights: version={version}; expected more than the latest, {self._version}")
-            weights = checkpoint_weights(state_dict, self._dtype)  # names checked before anything stops
+            weights = checkpoint_weights(state_dict, self._dtype, self._family)  # names checked before anything stops
             paused = time.perf_counter()  # new requests wait from here: the drain, then the load
             async with self._turn:
                 self._updating = True
@@ -311,7 +313,7 @@ class VLLMEngine:
                 return
             weights, version = await asyncio.to_thread(latest_weights, self._keeper_name)
             if weights is not None and version > self._version:
-                await self._load(checkpoint_weights(weights, self._dtype))
+                await self._load(checkpoint_weights(weights, self._dtype, self._family))
                 self._version = version
             self._restored = self._version
 

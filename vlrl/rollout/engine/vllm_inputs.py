@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from vlrl.mm import PatchRule, content_hash
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, SamplingParams, ScoreResult
+
+if TYPE_CHECKING:
+    from vlrl.models.family import ModelFamily
 
 BANNED_LOGIT_BIAS = -100.0
 """vLLM clamps logit biases to [-100, 100]: -100 makes a vision placeholder (p ~ e^-100 relative)
@@ -36,7 +39,8 @@ CHECKPOINT_PREFIXES = ("model.language_model.", "model.visual.", "lm_head.")
 """Where a Hugging Face checkpoint of every supported family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL with
 its DeepStack mergers under ``model.visual.``; transformers >= 4.52) keeps its weights; vLLM's
 model class of each family maps exactly these names onto its own modules (``hf_to_vllm_mapper``),
-so the weight-name map from the trainer to vLLM is the identity for all of them."""
+so the weight-name map from the trainer to vLLM is the identity for all of them (Qwen3-VL-MoE's fused
+experts keep their names and change layout: ``ModelFamily.checkpoint_tensor``)."""
 
 PLUGIN_ENCODER_PREFIX = "encoder."
 """Where a trainer with a plug-in vision encoder puts that encoder's weights."""
@@ -232,7 +236,7 @@ def score_result(request: GenerateRequest, prompt: np.ndarray, output: Any, vers
 
 
 def checkpoint_weights(
-    state_dict: Mapping[str, torch.Tensor | np.ndarray], dtype: torch.dtype | None
+    state_dict: Mapping[str, torch.Tensor | np.ndarray], dtype: torch.dtype | None, family: ModelFamily | None = None
 ) -> dict[str, torch.Tensor]:
     """A trainer's full state dict as (name -> contiguous CPU tensor) for vLLM's ``load_weights``.
 
@@ -241,7 +245,9 @@ def checkpoint_weights(
     every name is checked here so a wrong one fails before the engine is touched. Floating
     weights are cast to the engine's ``dtype`` (half the bytes to stage when training in fp32;
     None keeps them as they are). Tensors sharing storage (tied embeddings) are copied apart:
-    safetensors stores each name's bytes once.
+    safetensors stores each name's bytes once. ``family``: the served model's, whose
+    ``checkpoint_tensor`` puts a weight kept in another layout in memory (Qwen3-VL-MoE's fused
+    experts) into the checkpoint file's, which ``load_weights`` reads.
     """
     plugin = sorted(name for name in state_dict if name.startswith(PLUGIN_ENCODER_PREFIX))
     if plugin:
@@ -259,6 +265,8 @@ def checkpoint_weights(
     storages = set()
     for name, value in state_dict.items():
         tensor = torch.from_numpy(np.array(value)) if isinstance(value, np.ndarray) else value.detach().cpu()
+        if family is not None:
+            tensor = family.checkpoint_tensor(name, tensor)
         if dtype is not None and tensor.is_floating_point():
             tensor = tensor.to(dtype)
         tensor = tensor.contiguous()

@@ -1,0 +1,39 @@
+"""Qwen3-VL-MoE: Qwen3-VL's tower, DeepStack and interleaved M-RoPE over a mixture-of-experts LLM.
+Each sparse decoder layer's MLP is a router (``mlp.gate``, a linear map to one logit per expert)
+and ``num_experts`` SwiGLU experts stored fused, ``mlp.experts.gate_up_proj`` and
+``mlp.experts.down_proj``; a token goes to its ``num_experts_per_tok`` most probable experts,
+weighted by their softmax probabilities renormalised over the chosen ones.
+
+Transformers keeps the fused experts as ``(experts, out, in)`` in memory; released checkpoints
+store them as ``(experts, in, out)``. Transformers' loader takes either (it transposes when the
+shapes say so), vLLM's takes only the released layout. So this is the one family whose weights
+differ between the trainer's state dict and a checkpoint file: ``checkpoint_tensor`` turns the
+first into the second, for the tiny build, ``hf/`` folders and vLLM pushes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration
+
+from vlrl.models.qwen3_vl import Qwen3VL
+
+FUSED_EXPERTS = (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
+"""The fused expert weights, stored transposed in a checkpoint file."""
+
+
+class Qwen3VLMoe(Qwen3VL):
+    name = "qwen3_vl_moe"
+    model_types = ("qwen3_vl_moe",)
+    model_class = Qwen3VLMoeForConditionalGeneration
+    config_class = Qwen3VLMoeConfig
+
+    def tiny_text(self, text: dict[str, Any]) -> dict[str, Any]:
+        # Four experts of 3/4 the width, two per token; an expert's width differs from the
+        # model's and from half of it, so a layout mix-up fails on shapes, never silently.
+        return dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=3 * text["hidden_size"] // 4, decoder_sparse_step=1)
+
+    def checkpoint_tensor(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.transpose(1, 2) if name.endswith(FUSED_EXPERTS) else tensor
