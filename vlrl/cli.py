@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from functools import partial
 
 from vlrl import __version__
 from vlrl.config import ConfigError, RecipeError, load_recipe, render
@@ -222,10 +223,19 @@ def _add_check(commands: argparse._SubParsersAction) -> None:
         "Load a registered plug-in (built in, registered by a module, or installed as an entry point)\n"
         "and run every rule of its kind's contract, printing each rule as it passes. Exits 0 when\n"
         "all pass, 1 at the first broken rule (named), 2 when the id is unknown or cannot load.",
-        "examples:\n  vlrl check harness desktop\n  vlrl check encoder qwen2vl\n  vlrl check model qwen3_vl",
+        "examples:\n  vlrl check harness desktop\n  PYTHONPATH=. vlrl check harness counter_harness:CounterHarness\n"
+        "  PYTHONPATH=. vlrl check harness counter --recipe train_counter.py\n"
+        "  vlrl check encoder qwen2vl\n  vlrl check model qwen3_vl",
     )
     check.add_argument("kind", choices=["harness", "encoder", "model"], help="the plug-in kind")
-    check.add_argument("id", metavar="ID", help="the registered id (an unknown one is answered with the known ids)")
+    check.add_argument(
+        "id", metavar="ID",
+        help="the registered id (an unknown one is answered with the known ids), or for a harness its module:Class path",
+    )  # fmt: skip
+    check.add_argument(
+        "--recipe", metavar="RECIPE",
+        help="harness only: load this recipe first (the ids it registers), and check ID with the settings of its first source on ID",
+    )  # fmt: skip
     check.set_defaults(handler=_check)
 
 
@@ -279,9 +289,16 @@ def _run_recipe(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from vlrl.registry import ContractError
 
+    if args.recipe and args.kind != "harness":
+        return _fail(f"--recipe: only for a harness, not an {args.kind}")
     if args.kind == "harness":
         from vlrl.harness import HarnessError as KindError
-        from vlrl.harness.registry import run_contract
+        from vlrl.harness.registry import run_contract as run_harness_contract
+
+        settings = _recipe_settings(args.recipe, args.id) if args.recipe else None
+        if settings:
+            print(f"settings of {args.recipe}'s source: {settings}")
+        run_contract = partial(run_harness_contract, settings=settings)
     elif args.kind == "encoder":
         from encoders.protocol import EncoderError as KindError
         from encoders.registry import run_contract
@@ -296,9 +313,20 @@ def _check(args: argparse.Namespace) -> int:
         print(f"error: {args.kind} {args.id!r} breaks rule {error.rule!r}: {error.detail}", file=sys.stderr)
         return 1
     except KindError as error:
-        return _fail(str(error))
+        module = ":" in args.id and isinstance(error.__cause__, ModuleNotFoundError)
+        return _fail(str(error) + ("; a module of the working directory needs PYTHONPATH=." if module else ""))
     print(f"{args.kind} {args.id!r}: every rule passed")
     return 0
+
+
+def _recipe_settings(recipe: str, harness_id: str) -> dict | None:
+    """The environment settings of ``recipe``'s first source on ``harness_id`` (None when no source
+    uses it), after loading the recipe registers its ids."""
+    config = load_recipe(recipe)
+    for source in getattr(config, "sources", ()):
+        if source.codebase == harness_id:
+            return source.env.as_kwargs()
+    return None
 
 
 def _eval(args: argparse.Namespace) -> int:

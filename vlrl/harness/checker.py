@@ -15,15 +15,16 @@ The behaviour rules, in the order they run:
    infos logged as JSON), so a numpy scalar is refused with its type named.
 2. ``task info``: the reset info names the episode's task family, ``info["task"]``, one of
    ``tasks`` when the harness declares any.
-3. ``screen size``: the screenshots are ``width`` x ``height`` when the settings give those.
+3. ``screen size``: the screenshots are ``width`` x ``height`` when the settings give those, or
+   else when the constructor declares them with defaults (the size a source gets when it sets none).
 4. ``determinism``: the same seed gives the same first observation on two instances.
 5. ``tasks``: every declared family is honoured (``reset(options={"task": t})`` gives
    ``info["task"] == t``) and states its goal; an unknown one is refused, naming it.
 6. ``order``: ``fail`` terminates; a step after the end raises ``HarnessError``.
 7. ``bounds``: a click off the screen raises ``ActionError`` naming the coordinate.
-8. ``oracle`` (a harness that defines one): played from ``reset(seed)`` for each checked seed,
-   it solves at least ``ORACLE_MIN_SOLVE_RATE`` of the episodes it has a script for, since the
-   warm start learns from its demonstrations; the rule reports the rate.
+8. ``oracle`` (a harness that defines one): played from ``reset(seed)`` for each of the
+   ``ORACLE_SEEDS``, it solves at least ``ORACLE_MIN_SOLVE_RATE`` of the episodes it has a script
+   for, since the warm start learns from its demonstrations; the rule reports the rate.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ from vlrl.registry import ContractError, PluginSpec
 ORACLE_MIN_SOLVE_RATE = 0.5
 """Least share of its episodes the oracle must solve (so a rate of 0 always fails): a warm start
 on demonstrations that fail more often than not teaches failing."""
+ORACLE_SEEDS = tuple(range(8))
+"""Seeds the oracle is played on: more than two, so that a harness with several task families has
+most of them played (a rate on 8 episodes is known to about +-0.18)."""
 ORACLE_MAX_STEPS = 100
 """Steps after which an oracle episode that has not ended counts as unsolved."""
 
@@ -83,9 +87,10 @@ def check_harness(
     *,
     seeds: tuple[int, ...] = (0, 1),
     settings: Mapping[str, Any] | None = None,
+    oracle_seeds: tuple[int, ...] = ORACLE_SEEDS,
 ) -> None:
     """Run the contract on fresh instances ``factory(**settings)``; raise ``HarnessContractError``."""
-    for _ in contract(factory, seeds=seeds, settings=settings):
+    for _ in contract(factory, seeds=seeds, settings=settings, oracle_seeds=oracle_seeds):
         pass
 
 
@@ -94,9 +99,11 @@ def contract(
     *,
     seeds: tuple[int, ...] = (0, 1),
     settings: Mapping[str, Any] | None = None,
+    oracle_seeds: tuple[int, ...] = ORACLE_SEEDS,
 ) -> Iterator[str]:
     """Run the behaviour rules (module docstring) on two instances ``factory(**settings)``,
-    yielding each rule's name once it passed (the oracle's with its solve rate)."""
+    yielding each rule's name once it passed (the oracle's with its solve rate); ``seeds`` are
+    the determinism rule's, ``oracle_seeds`` the oracle's."""
     settings = dict(settings or {})
     first, second = factory(**settings), factory(**settings)
     try:
@@ -104,7 +111,7 @@ def contract(
         yield "types"
         _check_task_info(first, reset_info)
         yield "task info"
-        yield _check_screen_size(settings, (reset_obs, step_obs))
+        yield _check_screen_size(settings, _declared_size(factory), (reset_obs, step_obs))
         _check_determinism(first, second, seeds)
         yield "determinism"
         _check_tasks(first)
@@ -113,7 +120,7 @@ def contract(
         yield "order"
         _check_bounds(first)
         yield "bounds"
-        yield _check_oracle(first, seeds)
+        yield _check_oracle(first, oracle_seeds)
     finally:
         first.close()
         second.close()
@@ -174,15 +181,31 @@ def _check_task_info(harness: Harness, info: dict[str, Any]) -> None:
     _expect("task info", not declared or task in declared, f"reset info['task']={task!r}; expected one of {declared}")
 
 
-def _check_screen_size(settings: dict[str, Any], observations: tuple[Observation, ...]) -> str:
+def _declared_size(factory: Callable[..., Harness]) -> dict[str, int]:
+    """The ``width``/``height`` defaults of ``factory``'s signature (none for ``**settings``)."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin or C factory: nothing declared
+        return {}
+    return {
+        name: parameters[name].default
+        for name in ("width", "height")
+        if name in parameters and isinstance(parameters[name].default, int)
+    }
+
+
+def _check_screen_size(settings: dict[str, Any], declared: dict[str, int], observations: tuple[Observation, ...]) -> str:
     wanted = {name: settings[name] for name in ("width", "height") if name in settings}
+    origin = "the settings give"
     if not wanted:
-        return "screen size: no width/height set"
+        wanted, origin = declared, "the constructor's defaults are"
+    if not wanted:
+        return "screen size: no width/height set or declared"
     given = ", ".join(f"{name}={value}" for name, value in wanted.items())
     for obs in observations:
         fits = all(getattr(obs, name) == value for name, value in wanted.items())
-        _expect("screen size", fits, f"the settings give {given} but a screenshot is {obs.width}x{obs.height}")
-    return f"screen size: {given} as set"
+        _expect("screen size", fits, f"{origin} {given} but a screenshot is {obs.width}x{obs.height}")
+    return f"screen size: {given} as set" if origin == "the settings give" else f"screen size: {given} by default"
 
 
 def _check_determinism(first: Harness, second: Harness, seeds: tuple[int, ...]) -> None:

@@ -52,12 +52,19 @@ def make(harness_id: str, **settings: Any) -> Harness:
     return harness
 
 
-def run_contract(harness_id: str) -> Iterator[str]:
+def run_contract(harness_id: str, *, settings: Mapping[str, Any] | None = None) -> Iterator[str]:
     """The whole contract on ``harness_id`` (``vlrl check harness``): the construct-time rules, then
-    ``check_harness``'s on instances built with its ``check_settings``, yielding each rule once
-    it passed and raising ``ContractError`` at the first broken one."""
-    spec = REGISTRY.spec(harness_id)
+    ``check_harness``'s on instances built with ``settings`` (default: the id's ``check_settings``),
+    yielding each rule once it passed and raising ``ContractError`` at the first broken one.
+
+    ``harness_id`` is a registered id or a ``module:Class`` path, imported as the env hosts would
+    (from ``sys.path``: installed, or on ``PYTHONPATH``), so a harness is checked before anything
+    registers it."""
+    if ":" in harness_id:
+        spec = PluginSpec(kind=REGISTRY.kind, id=harness_id, entry_point=harness_id, checker=check_factory)
+    else:
+        spec = REGISTRY.spec(harness_id)
     factory = REGISTRY.load(spec)
-    settings = dict(spec.check_settings or {})
+    settings = dict(spec.check_settings or {}) if settings is None else dict(settings)
     yield from factory_rules(factory)
     yield from contract(factory, settings=settings)

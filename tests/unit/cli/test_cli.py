@@ -185,6 +185,16 @@ def test_check_fails_a_model_family_whose_tower_plug_in_normalises_otherwise(cap
     assert "pass  tower encoder: gradients\n" in out and "FAIL  tower rows: the plug-in gives rows" in out
 
 
+def test_check_takes_a_harness_by_its_module_path_before_anything_registers_it(capsys):
+    assert main(["check", "harness", "tests.helpers.broken_plugins:Endless"]) == 1
+    assert "FAIL  order: a fail action must terminate the episode\n" in capsys.readouterr().out
+    assert main(["check", "harness", "no_such_module:Harness"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot load no_such_module:Harness" in err and err.endswith("needs PYTHONPATH=.\n")
+    assert main(["check", "encoder", "qwen2vl", "--recipe", "examples/train_click.py"]) == 2
+    assert capsys.readouterr().err == "error: --recipe: only for a harness, not an encoder\n"
+
+
 def test_check_of_an_unknown_id_lists_the_known_ones(capsys):
     assert main(["check", "harness", "nope"]) == 2
     assert capsys.readouterr().err.startswith("error: harness 'nope': not registered; known: [")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from vlrl.cli import main
 from vlrl.config import load_recipe
 from vlrl.harness import check_harness, resolve
 from vlrl.harness.checker import ORACLE_MIN_SOLVE_RATE, contract, factory_rules
@@ -48,7 +49,8 @@ def test_the_guides_harness_keeps_the_contract(guide):
     _, module = guide
     check_harness(module.CounterHarness, seeds=tuple(range(8)))
     rules = list(contract(module.CounterHarness, settings={"width": 200, "height": 150}))
-    assert rules[2] == "screen size: width=200, height=150 as set" and rules[-1] == "oracle: solved 2/2 episodes (100%)"
+    assert rules[2] == "screen size: width=200, height=150 as set" and rules[-1] == "oracle: solved 8/8 episodes (100%)"
+    assert list(contract(module.CounterHarness))[2] == "screen size: width=160, height=120 by default"
     importlib.import_module("test_counter_harness").test_counter_harness_keeps_the_contract()
 
 
@@ -75,6 +77,20 @@ def test_the_recipe_registers_the_harness_and_its_settings_reach_the_constructor
         assert obs.screenshot.shape == (120, 160, 3) and harness.span == 2 and info["task"] in harness.tasks
     finally:
         harness.close()
+
+
+def test_vlrl_check_takes_the_guides_path_and_recipe(guide, capsys):
+    folder, _ = guide
+    text = GUIDE.read_text()
+    for command in ("vlrl check harness counter_harness:CounterHarness", "vlrl check harness counter --recipe train_counter.py"):
+        assert command in text, command
+    assert main(["check", "harness", "counter_harness:CounterHarness"]) == 0
+    assert "pass  screen size: width=160, height=120 by default\n" in capsys.readouterr().out
+    recipe = f"{folder / 'train_counter.py'}:small"
+    assert main(["check", "harness", "counter", "--recipe", recipe]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"settings of {recipe}'s source: {{'width': 160, 'height': 120, 'max_steps': 3, 'span': 2}}\n")
+    assert "pass  screen size: width=160, height=120 as set\n" in out and "pass  oracle: solved 8/8" in out
 
 
 def test_the_guide_lists_every_rule_the_checker_enforces(guide):

@@ -66,6 +66,13 @@ class FixedScreen(DesktopHarness):
         super().__init__(**settings)
 
 
+class DeclaresAnotherSize(DesktopHarness):
+    """Declares a 200x150 default but draws at the desktop's own default size."""
+
+    def __init__(self, *, width=200, height=150, **settings):
+        super().__init__(**settings)
+
+
 class FailingOracle(DesktopHarness):
     def oracle(self):
         return Action.fail("gave up")
@@ -120,7 +127,7 @@ def test_a_numpy_or_wrong_scalar_is_named_with_its_type(factory, message):
         (NoTaskInfo, "task info", r"reset info must name the episode's task family: info\['task'\] is None"),
         (UndeclaredTask, "task info", r"reset info\['task'\]='fill-form'; expected one of \('click-target',\)"),
         (IgnoresTask, "tasks", r"reset\(options=\{'task': '[a-z-]+'\}\) ran a '[a-z-]+' episode"),
-        (FailingOracle, "oracle", r"the oracle solved 0 of 2 episodes \(seeds \[0, 1\]\), a rate of 0%"),
+        (FailingOracle, "oracle", r"the oracle solved 0 of 8 episodes \(seeds \[0, 1, 2, 3, 4, 5, 6, 7\]\), a rate of 0%"),
         (OffScreenOracle, "oracle", "seed 0: the harness refused its own oracle's Action"),
     ],
 )
@@ -138,29 +145,38 @@ def test_the_screen_must_have_the_size_the_settings_give():
     assert "screen size: width=200, height=150 as set" in list(contract(DesktopHarness, settings=settings))
 
 
+def test_on_its_defaults_the_screen_must_have_the_size_the_constructor_declares():
+    with pytest.raises(
+        HarnessContractError, match="rule 'screen size': the constructor's defaults are width=200, height=150 but a screenshot is 320x240"
+    ):
+        check_harness(DeclaresAnotherSize)
+    assert "screen size: width=320, height=240 by default" in list(contract(FixedScreen))
+    check_harness(DeclaresAnotherSize, settings={"width": 320, "height": 240})  # settings rule over defaults
+
+
 def test_the_oracle_must_solve_at_least_the_threshold():
     assert ORACLE_MIN_SOLVE_RATE == 0.5
-    assert list(contract(EvenSeedOracle, seeds=(0, 1)))[-1] == "oracle: solved 1/2 episodes (50%)"
+    assert list(contract(EvenSeedOracle))[-1] == "oracle: solved 4/8 episodes (50%)"
     with pytest.raises(HarnessContractError, match=r"rule 'oracle': the oracle solved 1 of 3 episodes .* 33%"):
-        check_harness(EvenSeedOracle, seeds=(0, 1, 3))
+        check_harness(EvenSeedOracle, oracle_seeds=(0, 1, 3))
 
 
 def test_a_sound_harness_passes_every_rule_and_reports_the_oracle_rate():
     assert list(contract(DesktopHarness, seeds=(0, 1, 2))) == [
         "types",
         "task info",
-        "screen size: no width/height set",
+        "screen size: no width/height set or declared",
         "determinism",
         "tasks",
         "order",
         "bounds",
-        "oracle: solved 3/3 episodes (100%)",
+        "oracle: solved 8/8 episodes (100%)",
     ]
-    assert list(contract(NoScript))[-1] == "oracle: no script for the episodes of seeds [0, 1]"
+    assert list(contract(NoScript, oracle_seeds=(0, 1)))[-1] == "oracle: no script for the episodes of seeds [0, 1]"
     assert list(contract(NoOracle))[-1] == "oracle: none"
 
 
 def test_vlrl_check_runs_the_new_rules_on_a_registered_id():
     rules = list(run_contract("desktop"))
     assert rules[:3] == ["harness class", "task names", "thread_bound"]
-    assert {"task info", "screen size: no width/height set", "oracle: solved 2/2 episodes (100%)"} <= set(rules)
+    assert {"task info", "screen size: no width/height set or declared", "oracle: solved 8/8 episodes (100%)"} <= set(rules)
