@@ -52,7 +52,7 @@ from vlrl.job.tracking import Tracking
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.pool.tenant import TenantOutcome, lost_writers
 from vlrl.records import SAMPLING_TEMPERATURE, SeqMeta
-from vlrl.rollout.agent_loop import agent_loop_factory
+from vlrl.rollout.external import rollout_tenant
 from vlrl.rollout.engine import VLLMEngine
 from vlrl.rollout.engine.sampling import sampled_fields
 from vlrl.rollout.protocol import SamplingParams
@@ -175,13 +175,6 @@ class TrainJob:
                 raise error.under("driver") from None
             self._check_teacher()
             self._check_sampling()
-            if self.start_from and self.lora.enabled:
-                # Measured: :lora from the main job's warm-start checkpoint (0.765) evaluated that
-                # checkpoint at 0.0 before any RL step; until a branch carries its weights into the
-                # adapted model, refuse it rather than train from the wrong weights.
-                raise ConfigError(
-                    "start_from", self.start_from, "no checkpoint while lora.rank > 0 (a LoRA run starts from model_path or resumes its own run)"
-                )
             if self.start_from:
                 try:
                     start = read_checkpoint_state(Path(self.start_from))
@@ -192,6 +185,14 @@ class TrainJob:
                     ) from None
                 if self.steps <= start["step"]:
                     raise ConfigError("steps", self.steps, f"more than the step of start_from's checkpoint ({start['step']})")
+            for i, source in enumerate(self.sources):
+                if source.external is None:
+                    continue
+                # vlrl has neither oracle demonstrations nor a random policy of an agent program
+                if self.warm_start is not None:
+                    raise ConfigError("warm_start", "WarmStart(...)", f"None: sources[{i}] is an external agent (no oracle to demonstrate)")
+                if self.eval.chance:
+                    raise ConfigError("eval.chance", True, f"False: sources[{i}] is an external agent (chance is the program's to measure)")
             if self.warm_start is not None:
                 for i, source in enumerate(self.sources):
                     if source.agent.action_format not in FORMATS:
@@ -376,7 +377,7 @@ class TrainJob:
                 s.store,
                 advantage=config.advantage,
                 grader=grader,
-                tenant_factory=agent_loop_factory,
+                tenant_factory=rollout_tenant,
                 seed=state.next_seeds or config.seed + state.generated,  # a state.json without next_seeds
                 replay=state.open_seeds,
             )

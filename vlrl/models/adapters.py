@@ -7,9 +7,12 @@ A push names, for each adapted module ``M`` (its checkpoint name, such as
 
 - ``M.lora_A.weight``: ``A``;
 - ``M.lora_B.weight``: ``s * B`` (the scale folded in, so an engine needs no LoRA settings);
-- ``M.weight`` (optional): the base ``W`` the adapters sit on. A trainer sends it with its first
-  push, so an engine whose weights are another stage's result (a warm start's adapters already
-  applied) takes the trainer's base, not its own.
+- ``M.weight`` (optional): the base ``W`` the adapters sit on.
+
+A trainer's first push also carries every other weight of its base model under its checkpoint
+name (embeddings, norms, biases, the frozen tower): an engine built from the job's model then
+serves the trainer's weights when the trainer was built on another checkpoint (a full-weight warm
+start, a resumed run's), not its own frozen ones under the trainer's adapters.
 
 The serving copy holds merged weights, ``W + (s B) A``, and remembers each module's base so that
 the next push replaces the adapters' share instead of adding to it. The trainer's own forward

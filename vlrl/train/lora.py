@@ -4,7 +4,8 @@ An adapted linear layer computes ``y = W x + (alpha / r) * B (A dropout(x))``: t
 ``(out, in)`` is frozen, ``A`` ``(r, in)`` and ``B`` ``(out, r)`` train, and PEFT starts ``B`` at
 0, so step 0 is the base model. Only the adapters (and ``full_modules``, trained in full) get
 gradients and optimizer state; every other weight (embeddings, norms, the LM head, the tower when
-no tower or merger pattern is given) stays bit-identical. A weight push carries the adapters alone (``vlrl.models.adapters``), a checkpoint
+no tower or merger pattern is given) stays bit-identical. A trainer's first weight push carries
+its whole base model, every later one the adapters alone (``vlrl.models.adapters``); a checkpoint
 adds a PEFT adapter folder (``save_adapter``).
 
 Where adapters go is chosen per part of the model by patterns, each a module name's dotted
@@ -152,10 +153,10 @@ class LoRA:
         """The weights of ``full_modules``, under their checkpoint names."""
         self.scale = config.alpha / config.rank
 
-    def pushed(self, name: str, with_bases: bool) -> bool:
-        """Whether the trainer's weight ``name`` goes into a push (adapters, fully trained modules
-        and, ``with_bases``, the adapted modules' bases)."""
-        return ".lora_" in name or name in self.full or (with_bases and name.endswith(".base_layer.weight"))
+    def pushed(self, name: str) -> bool:
+        """Whether the trainer's weight ``name`` goes into a push after the first (the adapters and
+        the fully trained modules)."""
+        return ".lora_" in name or name in self.full
 
     # ---- weights under checkpoint names
 
@@ -172,11 +173,14 @@ class LoRA:
                 yield name.replace(f".lora_B.{ADAPTER}.weight", LORA_B), value * self.scale
 
     def base_state(self, state: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
-        """The frozen base weights of the adapted modules under their checkpoint names
-        (``M.weight``): what the first push of a trainer adds, so the engine adapts the same base."""
+        """Every weight of ``state`` but the adapters, under its checkpoint name (an adapted
+        module's ``M.base_layer.weight`` as ``M.weight``, its bias as ``M.bias``): the whole base
+        model, which a trainer's first push carries. An engine built from another checkpoint than
+        the trainer's (a run started from a full-weight warm start, or resumed) then serves the
+        trainer's weights, not its own frozen ones under the trainer's adapters."""
         for name, value in state:
-            if name.endswith(".base_layer.weight"):
-                yield name.replace(".base_layer.weight", ".weight"), value
+            if ".lora_" not in name:
+                yield name.replace(".base_layer.", "."), value
 
     def merged_state(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``state`` (the trainer's, unsharded) as a plain checkpoint of the family: every adapted

@@ -145,7 +145,7 @@ class Trainer:
                 self.lora = config.lora.build(self.model.model)
             except ConfigError as error:
                 raise error.under("lora") from None
-        self._bases_pushed = False
+        self._base_pushed = False
         self.model.parallelize(self.parallel)
         self.loss_fn = config.loss.build()
         self.planner = config.micro_batches.build()
@@ -422,13 +422,14 @@ class Trainer:
     def push_state(self, merged: bool = False) -> dict[str, torch.Tensor] | None:
         """What a weight push carries, on rank 0 (None on the others): every weight, or under
         LoRA the adapters and ``lora.full_modules`` (``vlrl.models.adapters``), plus, on this
-        trainer's first push, the adapted modules' base weights; ``merged``: every weight with the
-        adapters merged in, for an engine that does not apply adapters. Collective."""
+        trainer's first push, every other weight (the base the adapters sit on: an engine built from
+        the job's model serves this trainer's, though it was resumed or built on a warm start);
+        ``merged``: every weight with the adapters merged in, for an engine that does not apply
+        adapters. Collective."""
         if self.lora is None or merged:
             return self.full_weights()
-        with_bases = not self._bases_pushed
-        state = self._gathered(lambda name: self.lora.pushed(name, with_bases))
-        self._bases_pushed = True
+        state = self._gathered(self.lora.pushed if self._base_pushed else None)
+        self._base_pushed = True
         if state is None:
             return None
         return {**dict(self.lora.base_state(state.items())), **dict(self.lora.adapter_state(state.items()))}

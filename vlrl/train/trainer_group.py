@@ -121,7 +121,7 @@ class TrainerGroup:
     _adapters_only = False
     """Whether pushes carry LoRA adapters (``Trainer.push_state``) rather than every weight."""
     _first_push: Any = None
-    """Under LoRA, the ref of this group's first push: the one that carries the adapted modules' bases."""
+    """Under LoRA, the ref of this group's first push: the one that carries the whole base model."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(RankModel):
@@ -229,7 +229,7 @@ class TrainerGroup:
         refs = [w.weights.remote(merged) for w in self.workers]  # collective: every rank gathers
         ray.get(refs[1:])
         kept = [refs[0]]
-        if self._adapters_only and not merged:  # a restarted replica needs the bases under the adapters
+        if self._adapters_only and not merged:  # a restarted replica needs the base under the adapters
             self._first_push = self._first_push or refs[0]
             kept = [self._first_push, refs[0]]
         ray.get([keeper.keep.remote(kept, version) for keeper in keepers])  # the refs, not the weights

@@ -1,7 +1,8 @@
 """LoRA (issue 38) on gloo processes: one step under DP 2 (FSDP2) and CP 2 equals a plain
 single-process Hugging Face + PEFT forward of each sequence (loss, adapter gradients, adapters
-after the step), every frozen weight stays bit-identical, a push carries only the adapters and
-leaves the embedded engine scoring as the trainer's model does, and the checkpoint's PEFT folder
+after the step), every frozen weight stays bit-identical, a push carries only the adapters (the
+first one also the whole base) and leaves an embedded engine built from other weights scoring as
+the trainer's model does, and the checkpoint's PEFT folder
 reloads on the family's transformers class with the same logits.
 
 The adapters' ``B`` is set to non-zero values before the step (PEFT starts it at 0, where ``A``'s
@@ -128,22 +129,30 @@ def test_parallel_lora_step_equals_single_process_and_frozen_weights_stay(lora_r
                 assert torch.equal(value, initial[name.replace(".base_layer.", ".")]), (shape, name)
 
 
-def test_a_push_carries_only_adapters_and_the_engine_scores_as_the_trainer(lora_run):
+def test_a_push_carries_only_adapters_and_the_engine_scores_as_the_trainer(lora_run, tmp_path):
+    """The engine is built from other weights than the trainer's checkpoint, as in a run that
+    resumed or started from a full-weight warm start (the job's engines load the job's model): the
+    first push must carry the whole base, or the engine keeps its own embeddings, norms, biases
+    and frozen tower under the trainer's adapters."""
     family, path, work, _, results, _ = lora_run
     got = results[LAYOUTS[0]]
     first, second = got["first_push"], got["second_push"]
     modules = sorted(n.removesuffix(LORA_A) for n in second if n.endswith(LORA_A))
     full = FULL if LORAS[family].full_modules else set()
     assert modules and set(second) == {m + s for m in modules for s in (LORA_A, LORA_B)} | full
-    assert set(first) == set(second) | {m + ".weight" for m in modules}  # the first push adds the bases
-    every = sum(v.numel() for v in family_of(path).load(path).state_dict().values())
+    checkpoint = family_of(path).load(path).state_dict()
+    assert set(first) == set(second) | set(checkpoint)  # the first push adds the whole base
+    every = sum(v.numel() for v in checkpoint.values())
     assert sum(v.numel() for v in second.values()) < every / 3  # the tiny LM head is a quarter of the model
-    runner = ModelRunner.load(path, dtype=torch.float64, device="cpu", stop_token_ids=frozenset())
+    other = build_tiny(family, tmp_path / "other", seed=1)  # the engine's model: not the trainer's
+    runner = ModelRunner.load(other, dtype=torch.float64, device="cpu", stop_token_ids=frozenset())
     processor = AutoProcessor.from_pretrained(path)
     meta = work.metas[0]
     tokens = work.rows[meta.key]["token_ids"].astype(np.int64)
     pixels = [work.images[meta.images[i].store_key] for _, i in meta.image_offsets]
     images = tuple(preprocess(processor.image_processor, part(p)) for p in pixels)
+    base = family_of(path).load(path, dtype=torch.float64)
+    assert np.abs(runner.score(tokens, images) - reference_token_logprobs(base, processor, tokens, pixels)).max() > 1e-2
     for push, weights in ((first, got["weights"]), (second, got["second_weights"])):
         runner.load_weights(push)
         trained = family_of(path).load(path, dtype=torch.float64)
@@ -151,7 +160,6 @@ def test_a_push_carries_only_adapters_and_the_engine_scores_as_the_trainer(lora_
         trained.load_state_dict(weights)
         want = reference_token_logprobs(trained, processor, tokens, pixels)
         np.testing.assert_allclose(runner.score(tokens, images), want, rtol=0, atol=2e-6)  # the engine returns float32
-    base = family_of(path).load(path, dtype=torch.float64)
     assert np.abs(reference_token_logprobs(base, processor, tokens, pixels) - want).max() > 1e-3  # the adapters matter
 
 
@@ -189,8 +197,8 @@ class _Pushes:
 
 
 def test_a_restarted_replica_gets_the_first_lora_push_under_the_latest(ray_session):
-    """Under LoRA only a trainer's first push carries the adapted modules' bases (its own, which a
-    warm start's merged checkpoint makes differ from the engine's): the keeper a restarted replica
+    """Under LoRA only a trainer's first push carries the base model (its own, which a warm start's
+    or a resumed run's checkpoint makes differ from the engine's): the keeper a restarted replica
     reloads from holds that push under the latest, so the replica gets bases and latest adapters."""
     from vlrl.rollout.engine.weights_keeper import latest_weights, start_keeper
     from vlrl.train.trainer_group import TrainerGroup

@@ -22,8 +22,6 @@ from vlrl.train.lora import LoRA
         (["lora.rank=8", "lora.llm_modules=[q_proj, q_proj]"], "lora.llm_modules", "each pattern once"),
         (["lora.rank=8", "lora.llm_modules=[]"], "lora.llm_modules", "at least one pattern"),
         (["lora.rank=8", "layout.tp=2"], "lora.rank", "not yet TP"),
-        # a branch served the wrong weights: 0.0 held-out from the main job's 0.765 warm start
-        (["lora.rank=8", "start_from=runs/train_click/checkpoints/warm-start"], "start_from", "while lora.rank > 0"),
         (["lora.dropout=1.0"], "lora.dropout", "< 1"),
         (["lora.rank=-1"], "lora.rank", ">= 0"),
     ],

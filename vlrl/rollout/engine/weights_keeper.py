@@ -7,7 +7,7 @@ named actor the pusher hands every new weights' object ref and version before th
 before it serves anything. A keeper rather than a re-push on the next step: a replica that came
 back between two pushes would otherwise serve the base weights (as version 0) until then. The
 keeper lives as long as the replica's handle in the driver, and pins one copy of the latest
-weights in the object store (under LoRA also the trainer's first push, the one with the bases). Every engine kind (embedded, vLLM) uses it the same way.
+weights in the object store (under LoRA also the trainer's first push, the one with the whole base model). Every engine kind (embedded, vLLM) uses it the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class WeightsKeeper:
 
     def keep(self, refs: list[ray.ObjectRef], version: int) -> None:
         """``refs``: the weights' object refs, in a list so that Ray hands the refs, not the weights;
-        one, or under LoRA the trainer's first push (the adapted modules' bases) and the latest."""
+        one, or under LoRA the trainer's first push (the whole base model) and the latest."""
         if version > self._version:
             self._refs, self._version = refs, version
 
