@@ -13,7 +13,9 @@ APT_PACKAGES=(chromium chromium-driver  # the browser and MiniWoB++ harnesses dr
   xvfb openbox xdotool x11-utils mousepad galculator xterm pcmanfm)  # the xdesktop harness: a real X desktop
 EXTRAS=${VLRL_EXTRAS:-dev}
 
-stamp_now=$( { cat pyproject.toml scripts/setup.sh; echo "${TORCH_PINS[*]} $EXTRAS"; } | sha256sum | cut -c1-16)
+source scripts/uv_pip.sh
+
+stamp_now=$( { cat pyproject.toml scripts/setup.sh scripts/uv_pip.sh; echo "${TORCH_PINS[*]} $EXTRAS"; } | sha256sum | cut -c1-16)
 stamp_file=$VENV/.vlrl-setup-stamp
 if [[ -f $stamp_file && $(cat "$stamp_file") == "$stamp_now" ]]; then
   exit 0
@@ -35,15 +37,15 @@ if [[ ! -x $VENV/bin/python ]]; then
   "$PYTHON" -m venv "$VENV"
 fi
 log=$(mktemp)
-pip_install() {
-  "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" >"$log" 2>&1 \
-    || { grep -v "^WARNING: Location" "$log" >&2; echo "setup: pip install $* failed" >&2; exit 1; }
+install_packages() {
+  uv_pip "$VENV" "$@" >"$log" 2>&1 \
+    || { grep -v "^WARNING: Location" "$log" >&2; echo "setup: installing $* failed" >&2; exit 1; }
 }
 echo "setup: installing ${TORCH_PINS[*]}"
-pip_install "${TORCH_PINS[@]}"
+install_packages "${TORCH_PINS[@]}"
 echo "setup: installing vlrl[$EXTRAS]"
-pip_install -e ".[$EXTRAS]" "${TORCH_PINS[@]}"
-pip_install --no-deps verl==0.9.1  # vlrl bench pack's external Karmarkar-Karp; its imports are in the dev extras
+install_packages -e ".[$EXTRAS]" "${TORCH_PINS[@]}"
+install_packages --no-deps verl==0.9.1  # vlrl bench pack's external Karmarkar-Karp; its imports are in the dev extras
 rm -f "$log"
 "$VENV/bin/python" -c "import torch, torchvision, ray, transformers, vlrl" \
   || { echo "setup: the environment does not import; see the pip output above" >&2; exit 1; }

@@ -24,7 +24,9 @@ VLRL_DEPS=("ray[default]==$(.venv/bin/python -c 'import ray; print(ray.__version
   blake3 pillow safetensors tensorboard matplotlib psutil "gymnasium>=1.0,<2" pytest pytest-timeout pytest-xdist hypothesis openai)
 unavailable=$VENV.unavailable
 
-stamp_now=$( { cat scripts/setup_vllm.sh; echo "$VLLM_PACKAGE ${TORCH_PINS[*]} $TRANSFORMERS_PIN ${VLRL_DEPS[*]}"; } | sha256sum | cut -c1-16)
+source scripts/uv_pip.sh
+
+stamp_now=$( { cat scripts/setup_vllm.sh scripts/uv_pip.sh; echo "$VLLM_PACKAGE ${TORCH_PINS[*]} $TRANSFORMERS_PIN ${VLRL_DEPS[*]}"; } | sha256sum | cut -c1-16)
 stamp_file=$VENV/.vlrl-setup-stamp
 if [[ -f $stamp_file && $(cat "$stamp_file") == "$stamp_now" ]]; then
   exit 0
@@ -39,17 +41,17 @@ give_up() {
 
 [[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
 log=$(mktemp)
-pip_install() {
-  "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" >"$log" 2>&1 \
-    || { tail -20 "$log" >&2; give_up "pip install $* failed (last lines above)"; }
+install_packages() {
+  uv_pip "$VENV" "$@" >"$log" 2>&1 \
+    || { tail -20 "$log" >&2; give_up "installing $* failed (last lines above)"; }
 }
 echo "setup_vllm: installing $VLLM_PACKAGE ${TORCH_PINS[*]} $TRANSFORMERS_PIN into $VENV"
-pip_install "$VLLM_PACKAGE" "${TORCH_PINS[@]}" "$TRANSFORMERS_PIN"
-pip_install "${VLRL_DEPS[@]}" "${TORCH_PINS[@]}" "$TRANSFORMERS_PIN"
-pip_install --no-deps -e .
+install_packages "$VLLM_PACKAGE" "${TORCH_PINS[@]}" "$TRANSFORMERS_PIN"
+install_packages "${VLRL_DEPS[@]}" "${TORCH_PINS[@]}" "$TRANSFORMERS_PIN"
+install_packages --no-deps -e .
 # torchaudio and torchcodec come with vLLM but do not load beside its torch, and transformers'
 # processors then fail to import: vlrl uses neither.
-"$VENV/bin/python" -m pip uninstall -y -q torchaudio torchcodec >/dev/null 2>&1 || true
+"$VENV/bin/uv" pip uninstall --python "$VENV/bin/python" -q torchaudio torchcodec >/dev/null 2>&1 || true
 # PyPI's torchvision 0.28.0 is a CUDA build whose C++ ops do not load beside a CPU torch; it still
 # registers fake kernels for two of them, so `import torchvision` fails. Guard those two
 # registrations (vlrl and the Qwen processors use torchvision's transforms, not its nms ops).
