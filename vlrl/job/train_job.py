@@ -52,7 +52,7 @@ from vlrl.job.tracking import Tracking
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.pool.tenant import TenantOutcome, lost_writers
 from vlrl.records import SAMPLING_TEMPERATURE, SeqMeta
-from vlrl.rollout.external import rollout_tenant
+from vlrl.rollout.agent_loop import agent_loop_factory
 from vlrl.rollout.engine import VLLMEngine
 from vlrl.rollout.engine.sampling import sampled_fields
 from vlrl.rollout.protocol import SamplingParams
@@ -185,14 +185,6 @@ class TrainJob:
                     ) from None
                 if self.steps <= start["step"]:
                     raise ConfigError("steps", self.steps, f"more than the step of start_from's checkpoint ({start['step']})")
-            for i, source in enumerate(self.sources):
-                if source.external is None:
-                    continue
-                # vlrl has neither oracle demonstrations nor a random policy of an agent program
-                if self.warm_start is not None:
-                    raise ConfigError("warm_start", "WarmStart(...)", f"None: sources[{i}] is an external agent (no oracle to demonstrate)")
-                if self.eval.chance:
-                    raise ConfigError("eval.chance", True, f"False: sources[{i}] is an external agent (chance is the program's to measure)")
             if self.warm_start is not None:
                 for i, source in enumerate(self.sources):
                     if source.agent.action_format not in FORMATS:
@@ -377,7 +369,7 @@ class TrainJob:
                 s.store,
                 advantage=config.advantage,
                 grader=grader,
-                tenant_factory=rollout_tenant,
+                tenant_factory=agent_loop_factory,
                 seed=state.next_seeds or config.seed + state.generated,  # a state.json without next_seeds
                 replay=state.open_seeds,
             )
