@@ -12,10 +12,11 @@ That the codebase is registered and has an env pool is checked where the pool is
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from vlrl.config.schema import Ge, Gt, Le, NonEmpty
+from vlrl.config.schema import ConfigError, Ge, Gt, Le, NonEmpty
 from vlrl.records import ActionFormat
 
 
@@ -115,6 +116,36 @@ class Replay:
 
 
 @dataclass(kw_only=True, slots=True)
+class ExternalAgent:
+    """An agent program of the user's own plays the source's episodes (``rollout.external``): per
+    episode vlrl starts it with ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` naming an endpoint bound
+    to that trajectory, ``VLRL_TASK`` and ``VLRL_SEED``, traces every chat request it makes, and
+    reads its reward from the last line it prints (a number, or ``{"reward": r, "success": b}``)."""
+
+    command: list[str] = field(default_factory=list)
+    """The program's argv; ``{task}`` and ``{seed}`` in an argument are replaced by the episode's."""
+
+    entry: str = ""
+    """Instead of ``command``: ``module:function``, called in a fresh Python process as
+    ``function(task=..., seed=...)``; its return value is the reward (or the dict above)."""
+
+    time_limit_s: Annotated[float, Gt(0)] = 300.0
+    """Wall seconds one run may take; past them its process group is killed and the run fails."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    """Further environment variables of the program."""
+
+    cwd: str | None = None
+    """Working directory of the program (None: the loop host's)."""
+
+    def check(self) -> None:
+        if bool(self.command) == bool(self.entry):
+            raise ConfigError("command", self.command, "an argv list, or else entry='module:function' (one of the two)")
+        if self.entry and not re.fullmatch(r"[\w.]+:\w+", self.entry):
+            raise ConfigError("entry", self.entry, "'module:function', e.g. 'my_agent:play'")
+
+
+@dataclass(kw_only=True, slots=True)
 class DataSource:
     """Tasks of one harness codebase under one agent behaviour and one env settings."""
 
@@ -138,3 +169,14 @@ class DataSource:
 
     replay: Replay | None = None
     """Replay of hard tasks' successes into their later groups; None for none."""
+
+    external: ExternalAgent | None = None
+    """An agent program of the user's own that plays this source's episodes in place of the Agent
+    Loop (None: the Agent Loop on ``codebase``). The program owns its environment, so the source
+    needs no env pool; ``agent`` still sets the sampling (temperature, top_p, max_tokens per reply)
+    and ``agent.max_turns`` the requests per episode."""
+
+    @property
+    def env_pool(self) -> str | None:
+        """The codebase whose env pool leases this source's episodes a harness (None: external)."""
+        return None if self.external is not None else self.codebase

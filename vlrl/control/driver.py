@@ -71,7 +71,7 @@ SHARD_ERRORS = (ShardLostError, StoreTimeoutError, RayError)
 
 TenantFactory = Callable[[DataSource, int, str, int], Tenant]
 """Builds the tenant of one trajectory: ``(source, task_seed, group_id, sample_index)``; the
-training job passes ``rollout.agent_loop.agent_loop_factory``."""
+training job passes ``rollout.external.rollout_tenant`` (the Agent Loop, or an external agent program)."""
 
 
 class DriverStalled(RuntimeError):
@@ -321,7 +321,7 @@ class Driver:
                 *(
                     self.pool.run(
                         self.make_tenant(source, seed, group_id, index),
-                        codebase=source.codebase,
+                        codebase=source.env_pool,
                         env_settings=source.env.as_kwargs(),
                         tenant_id=f"{group_id}/{index}",
                     )

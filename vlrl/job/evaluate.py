@@ -27,7 +27,7 @@ from vlrl.pool.episode import ScriptedEpisode
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import lost_writers
 from vlrl.records import LOSS_MASK, TOKEN_IDS, SeqMeta
-from vlrl.rollout.agent_loop import AgentLoop
+from vlrl.rollout.external import rollout_tenant
 from vlrl.rollout.parsers import PARSERS, ParseError, ScreenMap
 
 EVAL_SEED_BASE = 1_000_000
@@ -149,8 +149,8 @@ async def evaluate(
         evaluated = replace(source, agent=replace(source.agent, temperature=config.temperature))
         for k in range(config.episodes):
             seed = config.seed + k
-            loop = AgentLoop(evaluated, seed=seed, group_id=f"eval-{tag}/{source.name}/{seed}", sample_index=0)
-            kwargs = {"codebase": source.codebase, "env_settings": source.env.as_kwargs(), "tenant_id": f"eval-{tag}/{source.name}/{seed}"}
+            loop = rollout_tenant(evaluated, seed, f"eval-{tag}/{source.name}/{seed}", 0)
+            kwargs = {"codebase": source.env_pool, "env_settings": source.env.as_kwargs(), "tenant_id": f"eval-{tag}/{source.name}/{seed}"}
             jobs.append((loop, kwargs))
             owners.append((source.name, seed))
     outcomes = await _run(pool, jobs, progress)

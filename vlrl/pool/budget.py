@@ -20,17 +20,16 @@ LOOP_POOL = "loop"
 class HostBudget:
     """A fixed number of host actors and each pool's share of them."""
 
-    total_hosts: Annotated[int, Ge(2)] = 4
-    """Host actors in all pools together (a loop pool and at least one env pool)."""
+    total_hosts: Annotated[int, Ge(1)] = 4
+    """Host actors in all pools together (a loop pool and an env pool per harness codebase)."""
 
     shares: dict[str, float] = field(default_factory=lambda: {LOOP_POOL: 1.0, "desktop": 1.0})
-    """Relative share of each pool: 'loop' for Agent Loops, one entry per harness codebase."""
+    """Relative share of each pool: 'loop' for Agent Loops, one entry per harness codebase (none
+    when every source is an external agent's, ``DataSource.external``)."""
 
     def check(self) -> None:
         if LOOP_POOL not in self.shares:
             raise ConfigError("shares", self.shares, f"an entry for the {LOOP_POOL!r} pool")
-        if len(self.shares) < 2:
-            raise ConfigError("shares", self.shares, "the loop pool and at least one harness codebase")
         for name, share in self.shares.items():
             if not share > 0:
                 raise ConfigError(f"shares[{name!r}]", share, "a share > 0")

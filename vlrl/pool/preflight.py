@@ -41,8 +41,12 @@ def check_harness_settings(sources: list[DataSource], *, timeout_s: float = 120.
 
     from vlrl.harness import resolve
 
+    indices = [i for i, source in enumerate(sources) if source.env_pool is not None]  # external agents own their envs
+    if not indices:
+        return
+    sources = [sources[i] for i in indices]
     factories = [resolve(source.codebase) for source in sources]
-    for i, (source, factory) in enumerate(zip(sources, factories)):
+    for i, source, factory in zip(indices, sources, factories):
         unknown = _unknown_keywords(factory, source.env.as_kwargs())
         if unknown:
             accepted = sorted(_keywords(factory) or ())
@@ -62,7 +66,7 @@ def check_harness_settings(sources: list[DataSource], *, timeout_s: float = 120.
             f"the harness settings check could not run (exit {done.returncode}):\n{done.stderr.decode(errors='replace').strip()}"
         )
     errors = json.loads(done.stdout.decode().splitlines()[-1])
-    for i, (source, error) in enumerate(zip(sources, errors)):
+    for i, source, error in zip(indices, sources, errors):
         if error is not None:
             settings = source.env.as_kwargs()
             named = [k for k in settings if re.search(rf"\b{re.escape(k)}\b", error)]

@@ -38,6 +38,8 @@ class LoopRuntime:
     tokenizer: Any
     patch_rule: PatchRule
     store: Any
+    processor: Any = None
+    """The model's processor (its chat template renders an external agent's messages)."""
     _chats: dict[tuple[str, str], ChatFormat] = field(default_factory=dict)
 
     def chat_for(self, agent: AgentBehaviour) -> ChatFormat:

@@ -43,5 +43,6 @@ class LoopSetup:
             tokenizer=processor.tokenizer,
             patch_rule=patch_rule_of(processor),
             store=self.store,
+            processor=processor,
         )
         return {"runtime": runtime}

@@ -28,6 +28,10 @@ class ChatTemplate:
 
     def prompt_ids(self, messages: Sequence[ChatMessage], sizes: Sequence[tuple[int, int]]) -> np.ndarray:
         """int32 ids of the rendered chat plus the assistant's header; ``sizes`` are (width, height)."""
+        return self.ids(self.render(messages), sizes)
+
+    def render(self, messages: Sequence[ChatMessage]) -> str:
+        """The chat as the template writes it, with the assistant's header; one pad per image."""
         conversation = [
             {
                 "role": m.role,
@@ -36,9 +40,13 @@ class ChatTemplate:
             for m in messages
         ]
         try:
-            text = self._processor.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+            return self._processor.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
         except Exception as error:  # a template raising on these messages is the request's fault
             raise ApiError(f"messages: the chat template failed on them ({error})", param="messages") from None
+
+    def ids(self, text: str, sizes: Sequence[tuple[int, int]]) -> np.ndarray:
+        """int32 ids of rendered ``text`` whose image pads, one per image, expand to each image's
+        token count; ``sizes`` are (width, height) of those images, in order."""
         ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
         pads = ids.count(self.image_pad)
         if pads != len(sizes):
