@@ -96,13 +96,15 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
         "default, and write a report: success per source and per task family with standard errors,\n"
         "chance (random clicks) on the same seeds, annotated episodes. The policy is TARGET (a run\n"
         "folder: its newest checkpoint; a checkpoint folder; a Hugging Face folder) on embedded engines,\n"
-        "or the model behind --endpoint (vlrl serve). The tasks are --recipe's sources, --harness's,\n"
-        "or else the run folder's. Ends with a JSON line; OUT/eval.json and OUT/report.md hold the rest.",
+        "or the model behind --endpoint (vlrl serve). The tasks are --harness's, else the run folder's\n"
+        "as trained (its --set overrides included), else --recipe's; a run folder also gives the episodes\n"
+        "and seeds of its own evaluations. Ends with a JSON line; OUT/eval.json and OUT/report.md hold the rest.",
         "examples:\n"
         "  vlrl eval runs/train_click\n"
         "  vlrl eval runs/train_click/checkpoints/step-000050 --episodes 200\n"
         "  vlrl eval --endpoint http://127.0.0.1:8000 --harness desktop --tasks click-target\n"
-        "  vlrl eval --endpoint http://gpu-node:8000 --processor ckpt/hf --recipe examples/train_click.py",
+        "  vlrl eval --endpoint http://gpu-node:8000 --processor ckpt/hf --recipe examples/train_click.py\n"
+        "  PYTHONPATH=. vlrl eval runs/counter --recipe train_counter.py   # a harness the recipe registers",
     )
     evaluate.add_argument("target", nargs="?", metavar="TARGET", help="run folder, checkpoint folder or Hugging Face folder")
     evaluate.add_argument("--endpoint", metavar="URL", help="evaluate the model of this OpenAI-compatible server (vlrl serve)")
@@ -111,11 +113,21 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument(
         "--processor", metavar="PATH", help="checkpoint whose processor builds --endpoint's prompts (default: TARGET, else the listed model's folder)"
     )
-    evaluate.add_argument("--recipe", metavar="RECIPE", help="take the data sources (and pool, engine, client) from this training recipe")
+    evaluate.add_argument(
+        "--recipe", metavar="RECIPE",
+        help="load this training recipe: the harness ids it registers, its pool, engine and client, and its sources"
+        " when TARGET is no run folder",
+    )  # fmt: skip
+    evaluate.add_argument(
+        "--recipe-sources", action="store_true",
+        help="evaluate on --recipe's sources, not the run folder's recorded ones (which hold the run's --set overrides)",
+    )  # fmt: skip
     evaluate.add_argument("--harness", metavar="ID", help="evaluate on this harness codebase's tasks (default settings)")
     evaluate.add_argument("--tasks", metavar="A,B", help="task families of --harness (default: all of them)")
-    evaluate.add_argument("--episodes", type=int, default=64, help="held-out episodes per source (default: %(default)s)")
-    evaluate.add_argument("--seed", type=int, help="first held-out seed (default: 1000000)")
+    evaluate.add_argument(
+        "--episodes", type=int, help="held-out episodes per source (default: the run's own evaluations', else 64)"
+    )
+    evaluate.add_argument("--seed", type=int, help="first held-out seed (default: the run's, else 1000000)")
     evaluate.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: %(default)s, greedy)")
     evaluate.add_argument("--screenshots", type=int, default=8, help="annotated episodes per source (default: %(default)s)")
     evaluate.add_argument("--no-chance", action="store_true", help="skip measuring chance level on the same seeds")

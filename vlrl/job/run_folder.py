@@ -22,6 +22,9 @@ SUMMARY_FILE = "summary.json"
 """The run's JSON summary, written at its end."""
 SOURCES_FILE = "sources.json"
 """The run's data sources, written at its start."""
+EVALUATION_FILE = "evaluation.json"
+"""The run's held-out evaluation settings (episodes, seed, ...), written at its start: ``vlrl eval
+RUN_DIR`` plays the same episodes on the same seeds, so one checkpoint gets one figure."""
 
 
 class BrokenCheckpoint(Exception):
@@ -88,3 +91,14 @@ def read_sources(run_dir: Path) -> list[DataSource]:
         agent, env = AgentBehaviour(**entry.pop("agent")), EnvSettings(**entry.pop("env"))
         sources.append(DataSource(**entry, agent=agent, env=env))
     return sources
+
+
+def write_evaluation(run_dir: Path, evaluation: Any) -> None:
+    """``evaluation`` (the run's ``Evaluation``) as ``evaluation.json``."""
+    (run_dir / EVALUATION_FILE).write_text(json.dumps(dataclasses.asdict(evaluation), indent=2))
+
+
+def read_evaluation(run_dir: Path) -> dict[str, Any] | None:
+    """The evaluation settings a run recorded, or None (a run from before they were recorded)."""
+    path = run_dir / EVALUATION_FILE
+    return json.loads(path.read_text()) if path.exists() else None

@@ -28,6 +28,7 @@ from vlrl.job.run_folder import (
     newest_checkpoint,
     read_checkpoint_state,
     write_checkpoint_state,
+    write_evaluation,
     write_sources,
 )
 from vlrl.job.tracking import IDS_FILE
@@ -38,6 +39,7 @@ from vlrl.rollout.engine import VLLMEngine
 from vlrl.rollout.engine.weights_keeper import weights_keeper
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY
+from vlrl.train.lora import LoRA
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer_group import TrainerGroup
@@ -89,6 +91,7 @@ class JobSession:
             self._clear()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_sources(self.run_dir, config.sources)
+        write_evaluation(self.run_dir, config.eval)
         # trackers first: a refused login or server fails the run before the model and engines load
         self.log = MetricsLog(self.run_dir, tensorboard=config.tensorboard, trackers=config.tracking.start(self.run_dir, config))
         self.progress = Progress(config.progress)
@@ -170,9 +173,10 @@ class JobSession:
         optim: Optimizer.Config | None = None,
         loss: PolicyLoss.Config | None = None,
         steps: int | None = None,
+        lora: LoRA.Config | None = None,
     ) -> TrainerGroup:
-        """A trainer group on ``model_path`` for the RL stage (the run's ``optim``, ``loss`` and
-        ``steps``), or for the warm start with its ``optim``, ``loss`` and ``steps`` in their place."""
+        """A trainer group on ``model_path`` for the RL stage (the run's ``optim``, ``loss``,
+        ``steps`` and ``lora``), or for the warm start with its own in their place."""
         c = self.config
         return c.trainer.build(
             model_path=model_path,
@@ -182,7 +186,7 @@ class JobSession:
             loss=c.loss if loss is None else loss,
             micro_batches=c.micro_batches,
             steps=c.steps if steps is None else steps,
-            lora=c.lora,
+            lora=c.lora if lora is None else lora,
         )
 
     async def push_weights(self, group: TrainerGroup, version: int) -> None:

@@ -1,14 +1,18 @@
-"""``vlrl eval`` without an engine: the refusal of a call that names nothing to evaluate, and the
-report's rates, standard errors and failure counts. The evaluations themselves are in
+"""``vlrl eval`` without an engine: the refusal of a call that names nothing to evaluate, which
+sources, episodes and seeds a run folder is evaluated on, and the report's rates, standard
+errors and failure counts. The evaluations themselves are in
 tests/e2e/job/test_eval.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from vlrl.cli import main
+from vlrl.cli import build_parser, main
+from vlrl.config import DataSource, EnvSettings
+from vlrl.job.eval_cli import eval_config
 from vlrl.job.eval_report import build_report, markdown, rate
-from vlrl.job.evaluate import EpisodeRecord, EvalResult
+from vlrl.job.evaluate import EpisodeRecord, EvalResult, Evaluation
+from vlrl.job.run_folder import EVALUATION_FILE, write_evaluation, write_sources
 
 
 def test_vlrl_eval_without_tasks_or_policy_says_what_it_needs(capsys):
@@ -34,3 +38,41 @@ def test_the_report_gives_rates_with_standard_errors_per_task_and_counts_failure
     assert source["failures"] == {"timeout: harness call ran longer than 5 s": 1}
     page = markdown(report)
     assert "| s | a | 2 | 0.500 | 0.354 |" in page and "1 x `timeout: harness call ran longer than 5 s`" in page
+
+
+@pytest.fixture
+def run_folder(tmp_path, tiny_path):
+    """A run folder as ``vlrl train`` leaves it before its first checkpoint: the base model, the
+    sources as trained (a --set override: width 200) and its evaluation settings."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "model").symlink_to(tiny_path)
+    source = DataSource(name="desktop-click", codebase="desktop", env=EnvSettings(width=200, height=120, tasks=["click-target"]))
+    write_sources(run, [source])
+    write_evaluation(run, Evaluation(episodes=200, seed=5))
+    return run
+
+
+def _config(*argv: str):
+    return eval_config(build_parser().parse_args(["eval", *argv]))
+
+
+def test_a_run_is_evaluated_on_its_recorded_sources_and_episodes_unless_told_otherwise(run_folder, capsys):
+    config = _config(str(run_folder))
+    assert (config.eval.episodes, config.eval.seed) == (200, 5)  # the run's own evaluations' figure
+    assert config.sources[0].env.width == 200
+    config = _config(str(run_folder), "--recipe", "examples/train_click.py")
+    assert config.sources[0].env.width == 200  # the recorded override, not the recipe's 160
+    note = capsys.readouterr().err
+    assert note.startswith("note: evaluating the run's own sources") and "sources[0].env.width" in note
+    assert _config(str(run_folder), "--recipe", "examples/train_click.py", "--recipe-sources").sources[0].env.width == 160
+    assert _config(str(run_folder), "--episodes", "8").eval.episodes == 8
+    (run_folder / EVALUATION_FILE).unlink()  # a run from before the settings were recorded
+    assert _config(str(run_folder)).eval.episodes == Evaluation().episodes
+
+
+def test_an_unregistered_harness_names_the_recipe_route(run_folder, capsys):
+    write_sources(run_folder, [DataSource(name="keypad", codebase="keypad_harness:KeypadHarness")])
+    assert main(["eval", str(run_folder), "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert "'sources[0].codebase': got 'keypad_harness:KeypadHarness'" in err and "--recipe RECIPE" in err
