@@ -62,6 +62,10 @@ class WarmStart:
     seed: Annotated[int, Ge(0)] = DEMO_SEED_BASE
     """Task seed of the first demonstration."""
 
+    lora: bool = True
+    """With ``lora.rank > 0``, whether the warm start trains the run's adapters too (True) or
+    every weight (False); either way the RL stage puts fresh adapters on the warm start's result."""
+
     grounding: Annotated[int, Ge(0)] = 0
     """Grounding demonstrations per demonstrated turn (``job.grounding``): one-turn sequences
     'Click "<label>".' on that turn's screen, each answered by a click on a different labelled

@@ -52,7 +52,7 @@ from vlrl.job.tracking import Tracking
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.pool.tenant import TenantOutcome, lost_writers
 from vlrl.records import SAMPLING_TEMPERATURE, SeqMeta
-from vlrl.rollout.agent_loop import agent_loop_factory
+from vlrl.rollout.external import rollout_tenant
 from vlrl.rollout.engine import VLLMEngine
 from vlrl.rollout.engine.sampling import sampled_fields
 from vlrl.rollout.protocol import SamplingParams
@@ -98,9 +98,10 @@ class TrainJob:
         the mesh (``--set layout.dp=2``)."""
 
         lora: LoRA.Config = field(default_factory=LoRA.Config)
-        """Low-rank adapters in place of full fine-tuning, in the warm start and the RL stage
-        (``--set lora.rank=16``; rank 0: every weight trains): only the adapters train, are pushed
-        and get optimizer state; checkpoints add a PEFT adapter folder (docs/training.md)."""
+        """Low-rank adapters in place of full fine-tuning, in the RL stage and, unless
+        ``warm_start.lora`` is False, the warm start (``--set lora.rank=16``; rank 0: every weight
+        trains): only the adapters train, are pushed and get optimizer state; checkpoints add a
+        PEFT adapter folder (docs/training.md)."""
 
         trainer: TrainerGroup.Config = field(default_factory=TrainerGroup.Config)
         """What every trainer rank loads and reserves (dtype, plug-in encoder, KL reference, Ray
@@ -185,6 +186,14 @@ class TrainJob:
                     ) from None
                 if self.steps <= start["step"]:
                     raise ConfigError("steps", self.steps, f"more than the step of start_from's checkpoint ({start['step']})")
+            for i, source in enumerate(self.sources):
+                if source.external is None:
+                    continue
+                # vlrl has neither oracle demonstrations nor a random policy of an agent program
+                if self.warm_start is not None:
+                    raise ConfigError("warm_start", "WarmStart(...)", f"None: sources[{i}] is an external agent (no oracle to demonstrate)")
+                if self.eval.chance:
+                    raise ConfigError("eval.chance", True, f"False: sources[{i}] is an external agent (chance is the program's to measure)")
             if self.warm_start is not None:
                 for i, source in enumerate(self.sources):
                     if source.agent.action_format not in FORMATS:
@@ -299,7 +308,8 @@ class TrainJob:
         demos = await self._demonstrations(s, ws)
         s.progress.phase("warm-start", total=ws.steps, unit="step")
         optim = replace(self.config.optim, lr=ws.lr, schedule=ws.schedule)
-        group = s.trainer_group(s.model_path, optim=optim, loss=PolicyLoss.Config(kind="sft"), steps=ws.steps)
+        lora = self.config.lora if ws.lora else LoRA.Config()
+        group = s.trainer_group(s.model_path, optim=optim, loss=PolicyLoss.Config(kind="sft"), steps=ws.steps, lora=lora)
         try:
             order: list[SeqMeta] = []
             rng = random.Random(ws.seed)
@@ -369,7 +379,7 @@ class TrainJob:
                 s.store,
                 advantage=config.advantage,
                 grader=grader,
-                tenant_factory=agent_loop_factory,
+                tenant_factory=rollout_tenant,
                 seed=state.next_seeds or config.seed + state.generated,  # a state.json without next_seeds
                 replay=state.open_seeds,
             )
