@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Set up (if needed) and run the tests by lane; docs/testing.md says what each lane holds.
 #
-#   bash scripts/test.sh                  every lane: unit, integration, e2e, then vllm
+#   bash scripts/test.sh                  every lane: unit, integration and e2e in one pytest run, then vllm
 #   bash scripts/test.sh unit [-x ...]    one lane (unit, integration, e2e or vllm), extra pytest arguments after it
 #   bash scripts/test.sh tests/unit/store -x    anything else goes to pytest as it is
 #
-# Each lane runs in VLRL_TEST_WORKERS pytest-xdist workers (default 2, one a core here; 0 runs in
-# this process), a module's tests on one worker (tests/conftest.py), and prints its 30 slowest
-# tests. Every lane runs even when an earlier one fails, so a CI log shows all failures at once;
-# the exit status is non-zero if any lane failed. pytest's "no tests collected" (exit 5) is a
-# failure here: a lane that should have tests and has none is broken.
+# Tests run in VLRL_TEST_WORKERS pytest-xdist workers (default 2, one a core here; 0 runs in this
+# process), a module's tests on one worker, the longest first (tests/conftest.py), and each run
+# prints its 30 slowest tests. The whole suite runs the first three lanes in one pytest run, so the
+# workers start (with their Rays) once and no worker idles at a lane's end while the other finishes.
+# Every test runs even when an earlier one fails, so a CI log shows all failures at once; the exit
+# status is non-zero if any test failed. pytest's "no tests collected" (exit 5) is a failure here:
+# a lane that should have tests and has none is broken.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -78,9 +80,10 @@ else
   bash scripts/setup_vllm.sh >"$VLLM_SETUP_LOG" 2>&1 &
   VLLM_SETUP_PID=$!
   failed=()
-  for lane in "${LANES[@]}"; do
-    run_lane "$lane" || failed+=("$lane")
-  done
+  echo "test: lanes unit, integration and e2e"
+  run_pytest .venv/bin/python tests/unit tests/integration tests/e2e "${WORKERS[@]}" --durations=30 \
+    || failed+=("unit/integration/e2e")
+  run_lane vllm || failed+=(vllm)
   if [[ ${#failed[@]} -gt 0 ]]; then
     echo "test: failed lanes: ${failed[*]}" >&2
     exit 1

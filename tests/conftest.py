@@ -62,16 +62,42 @@ SHARED_WORK_UNITS = {
     "tests/e2e/job/test_train_job.py": "canonical run",
     "tests/e2e/job/test_eval.py": "canonical run",
     "tests/integration/harnesses/xdesktop/": "x desktop",
+    "tests/e2e/examples/test_training_recipes.py": "x desktop",
+    "tests/e2e/bench/test_xdesktop_bench.py": "x desktop",
 }
 """Modules (or folders) that one test worker runs together, besides each module's own tests: the
-readers of the e2e lane's canonical run (built once, by the worker that runs them), and the X
-desktop's modules (its pool test counts desktop processes machine-wide)."""
+readers of the canonical run (built once, by the worker that runs them), and every module that
+starts X desktops (the xdesktop pool test counts desktop processes machine-wide, so no other
+desktop may start beside it)."""
+UNITS_BY_PARAMETER = ("tests/vllm/test_engine_families.py",)
+"""Modules whose tests form one work unit per parameter (a model family with its own module-scoped
+engine), so that the families' engines start on both workers."""
+LONGEST_UNITS = ("canonical run", "x desktop", "tests/vllm/test_job_and_server.py")
+"""The longest work units (CI's printed durations: 2-7 min of one worker each), started first so
+that neither worker is left running one of them alone at the end."""
+LANES = ("tests/e2e/", "tests/integration/", "tests/unit/", "tests/vllm/")
+"""After the longest units, the lanes' units from the costliest lane to the cheapest: the unit lane's
+many small modules fill the workers' last minutes evenly."""
 
 
 def work_unit(nodeid: str) -> str:
-    """The work unit of a test: its shared unit, else its module (module-scoped pools are built once)."""
-    module = nodeid.split("::")[0]
-    return next((unit for prefix, unit in SHARED_WORK_UNITS.items() if module.startswith(prefix)), module)
+    """The work unit of a test: its shared unit, else its module, or its module and parameter
+    (module-scoped pools and engines are built once)."""
+    module, _, name = nodeid.partition("::")
+    shared = next((unit for prefix, unit in SHARED_WORK_UNITS.items() if module.startswith(prefix)), None)
+    if shared:
+        return shared
+    if module in UNITS_BY_PARAMETER and "[" in name:
+        return f"{module}[{name.partition('[')[2]}"
+    return module
+
+
+def run_order(nodeid: str) -> tuple[int, int]:
+    """Where a test's work unit starts: the longest units first, then by lane (``LANES``)."""
+    unit = work_unit(nodeid)
+    if unit in LONGEST_UNITS:
+        return (0, LONGEST_UNITS.index(unit))
+    return (1, next((i for i, lane in enumerate(LANES) if nodeid.startswith(lane)), len(LANES)))
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -87,6 +113,6 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The canonical run is the longest work unit, so its tests go first (scripts/test.sh keeps the
-    collection's order: ``--no-loadscope-reorder``)."""
-    items.sort(key=lambda item: work_unit(item.nodeid) != "canonical run")
+    """Work units start in ``run_order`` (scripts/test.sh keeps the collection's order:
+    ``--no-loadscope-reorder``; the sort is stable, so a unit's tests keep theirs)."""
+    items.sort(key=lambda item: run_order(item.nodeid))
