@@ -85,6 +85,12 @@ class Registry:
         self._specs: dict[str, PluginSpec] = {}
         self._installed: dict[str, PluginSpec] | None = None
         self._loaded: dict[str, Callable[..., Any]] = {}  # ids whose current spec passed the check
+        self._listeners: list[Callable[[str], None]] = []
+
+    def on_register(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(id)`` after every later registration: another registry keyed by these
+        ids (Gymnasium's, ``vlrl.gym``) follows without this one importing it."""
+        self._listeners.append(listener)
 
     def register(
         self,
@@ -127,6 +133,8 @@ class Registry:
             self._loaded.pop(plugin_id, None)
             if callable(entry_point):
                 self._loaded[plugin_id] = entry_point
+        for listener in self._listeners:
+            listener(plugin_id)
         return spec
 
     def registered(self) -> list[str]:

@@ -27,6 +27,8 @@ class DesktopHarness(Harness):
     ``max_steps``, ``distractors``)."""
 
     tasks: ClassVar[tuple[str, ...]] = tuple(FAMILIES)
+    Config: ClassVar[type[DesktopSettings]] = DesktopSettings
+    """The settings' defaults, where the checker and the Gymnasium ids read them."""
 
     def __init__(self, **settings: Any) -> None:
         self.settings = DesktopSettings(**settings)

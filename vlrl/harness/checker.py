@@ -16,7 +16,8 @@ The behaviour rules, in the order they run:
 2. ``task info``: the reset info names the episode's task family, ``info["task"]``, one of
    ``tasks`` when the harness declares any.
 3. ``screen size``: the screenshots are ``width`` x ``height`` when the settings give those, or
-   else when the constructor declares them with defaults (the size a source gets when it sets none).
+   else when the harness declares them with defaults (constructor keywords, or its ``Config``
+   dataclass's fields): the size a source gets when it sets none.
 4. ``determinism``: the same seed gives the same first observation on two instances.
 5. ``tasks``: every declared family is honoured (``reset(options={"task": t})`` gives
    ``info["task"] == t``) and states its goal; an unknown one is refused, naming it.
@@ -40,6 +41,7 @@ from vlrl.harness.actions import Action
 from vlrl.harness.base import Harness
 from vlrl.harness.errors import ActionError, HarnessError
 from vlrl.harness.observation import Observation
+from vlrl.harness.settings import declared_int_default
 from vlrl.registry import ContractError, PluginSpec
 
 ORACLE_MIN_SOLVE_RATE = 0.5
@@ -182,16 +184,9 @@ def _check_task_info(harness: Harness, info: dict[str, Any]) -> None:
 
 
 def _declared_size(factory: Callable[..., Harness]) -> dict[str, int]:
-    """The ``width``/``height`` defaults of ``factory``'s signature (none for ``**settings``)."""
-    try:
-        parameters = inspect.signature(factory).parameters
-    except (TypeError, ValueError):  # a builtin or C factory: nothing declared
-        return {}
-    return {
-        name: parameters[name].default
-        for name in ("width", "height")
-        if name in parameters and isinstance(parameters[name].default, int)
-    }
+    """The ``width``/``height`` defaults ``factory`` declares (``settings.declared_int_default``)."""
+    sizes = {name: declared_int_default(factory, name) for name in ("width", "height")}
+    return {name: value for name, value in sizes.items() if value is not None}
 
 
 def _check_screen_size(settings: dict[str, Any], declared: dict[str, int], observations: tuple[Observation, ...]) -> str:

@@ -3,7 +3,10 @@ construction, naming the harness, the setting, the value and what was expected."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def int_setting(harness: str, name: str, value: object, low: int, high: int) -> int:
@@ -21,3 +24,17 @@ def task_names(harness: str, tasks: object, known: Sequence[str]) -> tuple[str, 
     if unknown:
         raise ValueError(f"{harness} harness setting tasks: unknown {unknown}; valid tasks are {list(known)}")
     return tuple(dict.fromkeys(tasks))
+
+
+def declared_int_default(factory: Callable[..., Any], name: str) -> int | None:
+    """The int default a harness declares for setting ``name``: a keyword of its constructor, else a
+    field of its ``Config`` dataclass (a constructor taking ``**settings``); None when neither."""
+    try:
+        parameter = inspect.signature(factory).parameters.get(name)
+    except (TypeError, ValueError):  # a builtin or C factory: nothing declared
+        parameter = None
+    default = parameter.default if parameter is not None else None
+    config = getattr(factory, "Config", None)
+    if parameter is None and dataclasses.is_dataclass(config):
+        default = {f.name: f.default for f in dataclasses.fields(config)}.get(name)
+    return default if isinstance(default, int) and not isinstance(default, bool) else None

@@ -25,6 +25,25 @@ def test_every_desktop_family_has_an_id():
     assert register_envs() == []  # every id is in already: registering again adds none
 
 
+class ShortEpisodes(DesktopHarness):
+    """Declares its own step limit as a keyword default."""
+
+    def __init__(self, *, max_steps=4, **settings):
+        super().__init__(max_steps=max_steps, **settings)
+
+
+def test_specs_carry_the_harness_step_limit_and_a_later_harness_gets_its_ids_at_once():
+    assert gym.spec("vlrl/desktop-v0").max_episode_steps == DesktopHarness.Config().max_steps == 10
+    assert gym.spec("vlrl/desktop-click-target-v0").max_episode_steps == 10
+    register("gym-late", ShortEpisodes)  # after vlrl.gym was imported, no register_envs() call
+    assert gym.spec("vlrl/gym-late-click-target-v0").max_episode_steps == 4
+    env = gym.make("vlrl/gym-late-v0")
+    env.reset(seed=0)
+    ends = [env.step(encode(Action.wait()))[3] for _ in range(4)]
+    assert ends == [False, False, False, True]  # truncated at the harness's own limit, and the wrapper's
+    env.close()
+
+
 @pytest.mark.parametrize("env_id", DESKTOP_IDS)
 def test_gymnasium_check_env_passes_without_a_warning(env_id):
     env = gym.make(env_id)

@@ -152,6 +152,7 @@ def test_on_its_defaults_the_screen_must_have_the_size_the_constructor_declares(
         check_harness(DeclaresAnotherSize)
     assert "screen size: width=320, height=240 by default" in list(contract(FixedScreen))
     check_harness(DeclaresAnotherSize, settings={"width": 320, "height": 240})  # settings rule over defaults
+    assert "screen size: no width/height set or declared" in list(contract(lambda: DesktopHarness()))
 
 
 def test_the_oracle_must_solve_at_least_the_threshold():
@@ -165,7 +166,7 @@ def test_a_sound_harness_passes_every_rule_and_reports_the_oracle_rate():
     assert list(contract(DesktopHarness, seeds=(0, 1, 2))) == [
         "types",
         "task info",
-        "screen size: no width/height set or declared",
+        "screen size: width=320, height=240 by default",
         "determinism",
         "tasks",
         "order",
@@ -179,4 +180,4 @@ def test_a_sound_harness_passes_every_rule_and_reports_the_oracle_rate():
 def test_vlrl_check_runs_the_new_rules_on_a_registered_id():
     rules = list(run_contract("desktop"))
     assert rules[:3] == ["harness class", "task names", "thread_bound"]
-    assert {"task info", "screen size: no width/height set or declared", "oracle: solved 8/8 episodes (100%)"} <= set(rules)
+    assert {"task info", "screen size: width=320, height=240 by default", "oracle: solved 8/8 episodes (100%)"} <= set(rules)
