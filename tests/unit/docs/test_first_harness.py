@@ -93,6 +93,15 @@ def test_vlrl_check_takes_the_guides_path_and_recipe(guide, capsys):
     assert "pass  screen size: width=160, height=120 as set\n" in out and "pass  oracle: solved 8/8" in out
 
 
+def test_the_guide_names_the_penalties_a_harness_never_gave():
+    from vlrl.config import AgentBehaviour
+    from vlrl.job.train_job import TrainJob
+
+    text = " ".join(GUIDE.read_text().split())
+    assert f"`AgentBehaviour.format_penalty` (default {AgentBehaviour().format_penalty:g}" in text
+    assert TrainJob.Config().advantage.overlong is None and "only when a recipe sets `advantage.overlong`" in text
+
+
 def test_the_guide_lists_every_rule_the_checker_enforces(guide):
     _, module = guide
     text = GUIDE.read_text()
