@@ -46,6 +46,7 @@ class RolloutMeter:
         t["success"] += metas[0].success
         t["reward"] += metas[0].reward
         t["turns"] += sum(m.turns for m in metas)
+        t["sequences"] += len(metas)  # more than one: the context was rewritten (history window, agent memory)
         t["response_tokens"] += sum(m.num_response_tokens for m in metas)
 
     def take(self) -> dict[str, float]:
@@ -63,14 +64,14 @@ class RolloutMeter:
             out[f"rollout/{name}/episodes"] = t["episodes"]
             if t["episodes"]:
                 out[f"rollout/{name}/pass_rate"] = t["success"] / t["episodes"]
-                for key in ("reward", "turns", "response_tokens"):
+                for key in ("reward", "turns", "sequences", "response_tokens"):
                     out[f"rollout/{name}/{key}"] = t[key] / t["episodes"]
         out["rollout/episodes"] = total["episodes"]
         out["rollout/failed"] = total["failed"]
         out["rollout/tokens_per_s"] = total["response_tokens"] / max(elapsed, 1e-9)
         if total["episodes"]:  # (with prefetch, a step may find every episode already counted)
             n = total["episodes"]
-            for key in ("reward", "turns", "response_tokens"):
+            for key in ("reward", "turns", "sequences", "response_tokens"):
                 out[f"rollout/{key}"] = total[key] / n
             out["rollout/pass_rate"] = total["success"] / n
         return out
