@@ -131,10 +131,16 @@ def reference_step(
     counts = [int(work.rows[m.key]["loss_mask"][1:].sum()) for m in work.metas]
     normaliser = Normaliser(tokens=sum(counts), sequences=sum(n > 0 for n in counts))
     total = torch.zeros((), dtype=torch.float64)
+    text = model.config.get_text_config()
+    moe = (text.num_experts, text.num_experts_per_tok) if hasattr(text, "num_experts") else None
+    router_aux_coef = loss_config.router_aux_coef
+    if router_aux_coef is None:
+        router_aux_coef = getattr(text, "router_aux_loss_coef", 0.0)
     for meta, n in zip(work.metas, counts, strict=True):
         row = work.rows[meta.key]
         pixels = [work.images[meta.images[i].store_key] for _, i in meta.image_offsets]
-        logits = model(**_vision(model, processor, row["token_ids"], pixels)).logits[0, :-1]  # (T-1, V)
+        output = model(**_vision(model, processor, row["token_ids"], pixels), output_router_logits=moe is not None)
+        logits = output.logits[0, :-1]  # (T-1, V)
         targets = torch.as_tensor(row["token_ids"][1:], dtype=torch.long)
         logprobs, entropy = token_logprobs_and_entropy(logits, targets)
         ref_logprobs = None
@@ -152,6 +158,10 @@ def reference_step(
             entropy=entropy,
         )
         total = total + out.loss
+        if moe is not None:
+            aux = balance_of_one_sequence(output.router_logits, *moe)
+            torch.testing.assert_close(aux.float(), output.aux_loss.float(), rtol=1e-5, atol=0)  # the family's own formula
+            total = total + router_aux_coef * aux / normaliser.sequences
     total.backward()
     grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
     params = [p for p in model.parameters() if p.grad is not None]
@@ -159,6 +169,16 @@ def reference_step(
     torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=0.0).step()
     weights = {name: value.detach().clone() for name, value in model.state_dict().items()}
     return total.item(), grads, weights
+
+
+def balance_of_one_sequence(router_logits, experts: int, top_k: int) -> torch.Tensor:
+    """transformers' ``load_balancing_loss_func`` on one sequence's router logits (one ``(T, E)``
+    per sparse layer), written out in float64 (transformers sums in float32)."""
+    probs = [torch.softmax(logits.double(), dim=-1) for logits in router_logits]
+    rows = len(probs) * probs[0].shape[0]
+    picks = sum(torch.nn.functional.one_hot(torch.topk(p, top_k, dim=-1).indices, experts).sum((0, 1)) for p in probs) / rows
+    mean_probs = sum(p.sum(0) for p in probs) / rows
+    return experts * (picks * mean_probs).sum()
 
 
 __all__ = ["PIXELS", "Workload", "make_workload", "reference_step"]

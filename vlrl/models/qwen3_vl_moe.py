@@ -13,9 +13,11 @@ first into the second, for the tiny build, ``hf/`` folders and vLLM pushes.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from transformers import Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration
 
 from vlrl.models.qwen3_vl import Qwen3VL
@@ -30,10 +32,19 @@ class Qwen3VLMoe(Qwen3VL):
     model_class = Qwen3VLMoeForConditionalGeneration
     config_class = Qwen3VLMoeConfig
 
+    def load(self, path: str | Path, *, dtype: torch.dtype = torch.float32) -> nn.Module:
+        # transformers' default experts kernel (grouped_mm) takes no float64; its eager loop does
+        settings = {"experts_implementation": "eager"} if dtype == torch.float64 else {}
+        return self.model_class.from_pretrained(str(path), dtype=dtype, **settings)
+
     def tiny_text(self, text: dict[str, Any]) -> dict[str, Any]:
         # Four experts of 3/4 the width, two per token; an expert's width differs from the
         # model's and from half of it, so a layout mix-up fails on shapes, never silently.
-        return dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=3 * text["hidden_size"] // 4, decoder_sparse_step=1)
+        # norm_topk_prob: the chosen experts' weights renormalised (transformers always does; vLLM reads it)
+        return dict(
+            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=3 * text["hidden_size"] // 4, decoder_sparse_step=1,
+            norm_topk_prob=True,
+        )  # fmt: skip
 
     def checkpoint_tensor(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.transpose(1, 2) if name.endswith(FUSED_EXPERTS) else tensor

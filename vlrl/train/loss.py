@@ -208,6 +208,11 @@ class PolicyLoss:
         entropy_coef: Annotated[float, Ge(0)] = 0.0
         """Weight of the entropy bonus; needs the per-token entropy when above 0."""
 
+        router_aux_coef: Annotated[float, Ge(0)] | None = None
+        """Weight of a mixture-of-experts model's load-balancing loss (``train.moe``: the family's
+        formula per sequence, averaged over the step's sequences); None: the checkpoint's own
+        ``router_aux_loss_coef``. A dense model has none."""
+
         mismatch_warn: Annotated[float, Gt(0)] | None = 1.0
         """A turn whose mean ``|logp_train - logp_rollout|`` over its loss tokens exceeds this is
         logged as a warning naming the sequence, the turn and its images (``train.mismatch``);

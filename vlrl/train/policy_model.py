@@ -25,11 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
@@ -42,6 +43,7 @@ from transformers import AutoProcessor, PreTrainedModel
 from encoders.protocol import VisionEncoder
 from encoders.spec import STATE_PREFIX
 from vlrl.models import family_of
+from vlrl.train.moe import RoutedExperts, balance_loss, route_through_trainer
 from vlrl.train.packed_attention import ATTENTION_NAME, PackedMask
 from vlrl.train.parallel import Parallel
 
@@ -67,6 +69,7 @@ class PolicyModel(nn.Module):
         self.encoder = encoder
         self.lm = model.model.language_model
         self.lm.config._attn_implementation = ATTENTION_NAME
+        self.routed = route_through_trainer(self.lm)  # the sparse MLPs (Qwen3-VL-MoE); none for a dense LLM
         self.image_token_id = int(model.config.image_token_id)
         self.merge_size = int(model.config.vision_config.spatial_merge_size)
         self._parallel: Parallel | None = None
@@ -110,6 +113,18 @@ class PolicyModel(nn.Module):
             self.model.lm_head, tp_mesh, ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)
         )
         for layer in self.lm.layers:
+            sparse = isinstance(layer.mlp, RoutedExperts)
+            if sparse:  # each TP rank routes its own tokens through whole experts (``train.moe``)
+                distribute_module(layer.mlp, tp_mesh)
+                layer.mlp.tp_group = tp_mesh.get_group()
+            mlp = {
+                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Shard(1),), use_local_output=True),
+            } if sparse else {
+                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                "mlp.gate_proj": ColwiseParallel(),
+                "mlp.up_proj": ColwiseParallel(),
+                "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+            }  # fmt: skip
             parallelize_module(layer, tp_mesh, {
                 "input_layernorm": SequenceParallel(),
                 "self_attn": PrepareModuleInput(
@@ -120,10 +135,7 @@ class PolicyModel(nn.Module):
                 "self_attn.v_proj": ColwiseParallel(),
                 "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
                 "post_attention_layernorm": SequenceParallel(),
-                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-                "mlp.gate_proj": ColwiseParallel(),
-                "mlp.up_proj": ColwiseParallel(),
-                "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+                **mlp,
                 # Qwen3's per-head q/k norms see this rank's heads, (B, T, heads / tp, head_dim):
                 # the weight is replicated and its gradient summed over the TP ranks' heads.
                 **{
@@ -169,6 +181,16 @@ class PolicyModel(nn.Module):
         if isinstance(logits, DTensor):
             logits = logits.redistribute(placements=[Shard(1)]).to_local()
         return logits[0]
+
+    def balance_loss(self, segments: np.ndarray, num_segments: int) -> torch.Tensor | None:
+        """The last forward's load-balancing loss over this rank's tokens, summed per sequence
+        (``train.moe.balance_loss``; ``segments`` ``(W / tp,)``); None for a dense LLM. Collective
+        over the CP and TP groups."""
+        if not self.routed:
+            return None
+        parallel = self._parallel
+        groups = () if parallel is None else (parallel.cp_group, parallel.tp_mesh.get_group() if parallel.layout.tp > 1 else None)
+        return balance_loss(self.routed, segments, num_segments, groups)
 
     # ---- gradients and weights
 

@@ -44,7 +44,7 @@ from vlrl.store import StoreError
 from vlrl.train.checkpoint_io import TRAINER_FILE, load_sharded, load_trainer_file, save_trainer_file
 from vlrl.train.encode_step import StepEncoder
 from vlrl.train.lora import LoRA
-from vlrl.train.loss import NonFiniteLossError, Normaliser, PolicyLoss
+from vlrl.train.loss import LossOutput, NonFiniteLossError, Normaliser, PolicyLoss
 from vlrl.train.token_logprobs import token_logprobs_and_entropy
 from vlrl.train.mismatch import mismatch_metrics, mismatch_sums, turn_gaps, warn_mismatched
 from vlrl.train.mrope import sequence_mrope
@@ -148,6 +148,9 @@ class Trainer:
         self._base_pushed = False
         self.model.parallelize(self.parallel)
         self.loss_fn = config.loss.build()
+        self._router_aux_coef = config.loss.router_aux_coef
+        if self._router_aux_coef is None:
+            self._router_aux_coef = float(getattr(self.model.model.config.text_config, "router_aux_loss_coef", 0.0))
         self.planner = config.micro_batches.build()
         self.optimizer = config.optim.build(
             [{"params": self.model.backbone_parameters()}, {"params": self.model.encoder_parameters()}]
@@ -322,6 +325,10 @@ class Trainer:
             ref_logprobs=ref_logprobs,
             entropy=entropy,
         )
+        balance = self.model.balance_loss(inputs.shard_segments, len(keys))
+        if balance is not None:  # a mixture of experts: its load-balancing term, a mean over sequences
+            share = balance / max(normaliser.sequences, 1)
+            out = LossOutput(out.loss + self._router_aux_coef * share, {**out.metrics, "router_aux": share.detach().double()})
         if inputs.logprobs is not None and self.config.loss.kind != "sft":  # the guard of train.mismatch
             on = inputs.loss_mask
             gap = np.abs(logprobs.detach().double().cpu().numpy() - inputs.logprobs)[on]  # (loss tokens,)

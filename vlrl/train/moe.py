@@ -1,0 +1,146 @@
+"""Mixture-of-experts layers as the trainer computes them (Qwen3-VL-MoE's sparse MLPs).
+
+A sparse MLP has a router ``gate`` (``(E, H)``: one logit per expert) and ``E`` fused SwiGLU
+``experts``. For a token with hidden state ``h``::
+
+    p = softmax(W_gate h)                       # (E,) in float32 whatever the dtype, as the family does
+    K = top-k experts of p                      # or, under routing replay, the rollout's recorded K
+    w_e = p_e / sum_{j in K} p_j   for e in K   # the gate weights, always from this router
+    y = sum_{e in K} w_e * down_e(silu(gate_e h) * up_e h)
+
+``RoutedExperts`` takes the place of the model's own block (the same two children, so every
+parameter keeps its checkpoint name) because the trainer needs what the block hides: the
+router's logits for the load-balancing loss, and a way to impose the experts ``K`` (replay) while
+the weights ``w`` keep their gradient to the router.
+
+Under tensor parallelism (sequence parallel) each TP rank routes its own shard of the sequence
+through whole, replicated experts; the experts' and router's gradients are then summed over the
+TP group (``_SumGradOverGroup``).
+
+The load-balancing loss is the family's (Switch Transformer's, as transformers'
+``load_balancing_loss_func``): for one sequence of ``N`` tokens through ``L`` sparse layers,
+
+    f_e = (top-k picks of expert e over all layers and tokens) / (L N)
+    P_e = (sum of p_e over all layers and tokens) / (L N)
+    aux = E * sum_e f_e P_e
+
+taken per sequence (a packed micro-batch differs between layouts; a sequence does not, so the
+loss is the same for any DP x CP x TP), and averaged over the step's sequences. Only ``P`` carries
+gradient; the counts of a sequence split over CP and TP ranks are summed over those ranks first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+
+class RoutedExperts(nn.Module):
+    """A sparse MLP computed by the trainer; ``replay`` (set before a forward, ``(S, k)`` expert
+    ids of this rank's tokens) imposes the experts; ``router_logits`` holds the last forward's."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.gate = block.gate
+        self.experts = block.experts
+        self.num_experts = int(block.gate.num_experts)
+        self.top_k = int(block.gate.top_k)
+        self.tp_group: Any = None
+        self.replay: torch.Tensor | None = None
+        self.router_logits: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        h = x.reshape(-1, shape[-1])  # (S, H)
+        router, gate_up, down = (_local(p, self.tp_group) for p in (self.gate.weight, self.experts.gate_up_proj, self.experts.down_proj))
+        logits = F.linear(h, router)  # (S, E)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)  # float32 in any dtype, as the family routes
+        if self.replay is None:
+            picked, ids = torch.topk(probs, self.top_k, dim=-1)  # (S, k)
+        else:
+            ids = self.replay.to(device=h.device, dtype=torch.long)
+            if ids.shape != (h.shape[0], self.top_k):
+                raise ValueError(f"routing replay: {tuple(ids.shape)} expert ids for {h.shape[0]} tokens; expected (tokens, {self.top_k})")
+            picked = probs.gather(1, ids)
+        weights = (picked / picked.sum(-1, keepdim=True)).to(h.dtype)  # (S, k)
+        self.router_logits = logits
+        out = torch.zeros_like(h)
+        for e in range(self.num_experts):
+            token, slot = torch.where(ids == e)
+            if token.numel() == 0:
+                continue
+            gate, up = F.linear(h[token], gate_up[e]).chunk(2, dim=-1)
+            y = F.linear(self.experts.act_fn(gate) * up, down[e]) * weights[token, slot, None]
+            out = out.index_add(0, token, y.to(out.dtype))
+        return out.reshape(shape)
+
+
+def route_through_trainer(language_model: nn.Module) -> list[RoutedExperts]:
+    """Put a ``RoutedExperts`` in place of every sparse MLP of ``language_model``'s layers (in
+    place, names kept); returns them in layer order (empty for a dense model)."""
+    routed = []
+    for layer in language_model.layers:
+        block = layer.mlp
+        if hasattr(block, "experts") and hasattr(block, "gate") and hasattr(block.gate, "top_k"):
+            layer.mlp = RoutedExperts(block)
+            routed.append(layer.mlp)
+    return routed
+
+
+def balance_loss(layers: Sequence[RoutedExperts], segments: np.ndarray, num_segments: int, groups: Sequence[Any]) -> torch.Tensor:
+    """``sum_s aux_s`` over this rank's share of the last forward's sequences (module docstring):
+    ``segments`` ``(S,)`` each token's sequence in the micro-batch (< 0: padding), ``groups`` the
+    process groups (CP, TP; None for a size of 1) whose ranks hold the other tokens of the same
+    sequences. Collective over ``groups``; summed over them it is the micro-batch's whole loss."""
+    logits = [layer.router_logits for layer in layers]
+    device = logits[0].device
+    seg = torch.as_tensor(segments, dtype=torch.long, device=device)
+    real = seg >= 0
+    seg = seg[real]
+    n, experts, top_k = max(num_segments, 1), layers[0].num_experts, layers[0].top_k
+    dtype = torch.promote_types(logits[0].dtype, torch.float32)
+    counts = torch.zeros(n, experts + 1, dtype=torch.float64, device=device)  # picks per expert, then tokens
+    probs = torch.zeros(n, experts, dtype=dtype, device=device)
+    for layer_logits in logits:
+        p = torch.softmax(layer_logits[real].to(dtype), dim=-1)  # (S', E)
+        picks = F.one_hot(torch.topk(p, top_k, dim=-1).indices, experts).sum(1)  # (S', E)
+        counts[:, :experts].index_add_(0, seg, picks.double())
+        probs = probs.index_add(0, seg, p)
+    counts[:, experts].index_add_(0, seg, torch.ones_like(seg, dtype=torch.float64))
+    for group in groups:
+        if group is not None:
+            dist.all_reduce(counts, group=group)
+    rows = (counts[:, experts] * len(layers)).clamp(min=1)  # L N per sequence
+    scale = experts * counts[:, :experts] / rows[:, None] ** 2  # E f_e / (L N): no gradient
+    return (scale.to(dtype) * probs).sum()
+
+
+class _SumGradOverGroup(torch.autograd.Function):
+    """Identity forward; backward sums the gradient over ``group`` (a weight every TP rank holds
+    whole and applies to its own tokens)."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor, group: Any) -> torch.Tensor:
+        ctx.group = group
+        return tensor.view_as(tensor)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+def _local(param: torch.Tensor, tp_group: Any) -> torch.Tensor:
+    """``param``'s whole value on this rank (a replicated DTensor under TP), its gradient summed
+    over ``tp_group``."""
+    if isinstance(param, DTensor):
+        param = param.to_local()
+    return param if tp_group is None else _SumGradOverGroup.apply(param, tp_group)
