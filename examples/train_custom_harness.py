@@ -134,5 +134,5 @@ def small() -> TrainJob.Config:
     config.sources = [tiles_source()]
     config.sources[0].group_size = 4
     config.pool.budget = HostBudget(total_hosts=3, shares={"loop": 1, "color-tiles": 2})
-    config.warm_start = WarmStart(episodes=16, steps=2, sequences_per_step=8, lr=1e-2, point_grid=7)
+    config.warm_start = WarmStart(episodes=16, steps=2, sequences_per_step=8, lr=1e-2, point_grid=7, continue_below_baseline=True)
     return config

@@ -59,13 +59,13 @@ def small() -> TrainJob.Config:
     config = recipe()
     config.run_dir = "runs/train_miniwob_small"
     config.pool.env_host = HostConfig(max_tenants=4)
-    config.warm_start = WarmStart(episodes=6, steps=2, sequences_per_step=4, lr=1e-2, point_grid=7)
+    config.warm_start = WarmStart(episodes=6, steps=2, sequences_per_step=4, lr=1e-2, point_grid=7, continue_below_baseline=True)
     config.sources[0].group_size = 4
     config.driver.groups_per_batch = 2
     config.advantage.sampler.include_min = True
     config.advantage.drop_zero_advantage = False
     config.steps = 2
-    config.eval = Evaluation(episodes=2, every=0, screenshots=1)
+    config.eval = Evaluation(episodes=2, every=0, screenshots=1, constant_grid=(2, 2))
     config.checkpoint_every = 0
     return config
 

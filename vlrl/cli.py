@@ -16,6 +16,9 @@ from functools import partial
 from vlrl import __version__
 from vlrl.config import ConfigError, RecipeError, load_recipe, render
 
+STOPPED = 3
+"""Exit code of a ``vlrl train`` that stopped on purpose before its end (a warm start left at or
+below the baselines); the job said why on stderr."""
 _RECIPE_HELP = "recipe file, optionally with the function to call: path/to/recipe.py[:function] (default: recipe)"
 
 
@@ -94,8 +97,9 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
         "evaluate a policy on held-out harness tasks",
         "Evaluate a policy on held-out seeds (1,000,000 onwards: no training group uses them), greedy by\n"
         "default, and write a report: success per source and per task family with standard errors,\n"
-        "chance (random clicks) on the same seeds, annotated episodes. The policy is TARGET (a run\n"
-        "folder: its newest checkpoint; a checkpoint folder; a Hugging Face folder) on embedded engines,\n"
+        "the baselines on the same seeds (random clicks, the best constant point, the oracle), and\n"
+        "annotated episodes. The policy is TARGET (a run folder: its newest checkpoint; a checkpoint\n"
+        "folder; a Hugging Face folder) on embedded engines,\n"
         "or the model behind --endpoint (vlrl serve). The tasks are --harness's, else the run folder's\n"
         "as trained (its --set overrides included), else --recipe's; a run folder also gives the episodes\n"
         "and seeds of its own evaluations. Ends with a JSON line; OUT/eval.json and OUT/report.md hold the rest.",
@@ -130,7 +134,7 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--seed", type=int, help="first held-out seed (default: the run's, else 1000000)")
     evaluate.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: %(default)s, greedy)")
     evaluate.add_argument("--screenshots", type=int, default=8, help="annotated episodes per source (default: %(default)s)")
-    evaluate.add_argument("--no-chance", action="store_true", help="skip measuring chance level on the same seeds")
+    evaluate.add_argument("--no-chance", action="store_true", help="skip measuring the baselines (random clicks, best constant point, oracle) on the same seeds")
     evaluate.add_argument("--out", metavar="DIR", help="report folder (default: TARGET/eval, else runs/eval)")
     evaluate.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -294,8 +298,8 @@ def _run_recipe(args: argparse.Namespace) -> int:
     job = cfg.build()
     if not callable(getattr(job, "run", None)):
         return _fail(f"{args.recipe}: {name}.build() returned {type(job).__qualname__}, which has no run()")
-    job.run()
-    return 0
+    result = job.run()
+    return STOPPED if isinstance(result, dict) and result.get("stopped") else 0
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -130,10 +130,13 @@ def base_recipe(sources: list[DataSource], *, run_dir: str = "runs/train") -> Tr
 
 def ci_size(config: TrainJob.Config, run_dir: str, *, demonstrations: int, group_size: int) -> TrainJob.Config:
     """``config`` shrunk to a smoke run of every stage (CI): ``demonstrations`` for a 2-step warm
-    start, then 2 RL steps of 2 groups of ``group_size``, keeping the groups an untrained policy
-    fails whole, and a 2-episode final evaluation."""
+    start (RL follows whatever it reaches: a smoke run tests the stages, not learning), then 2 RL
+    steps of 2 groups of ``group_size``, keeping the groups an untrained policy fails whole, and a
+    2-episode final evaluation."""
     config.run_dir = run_dir
-    config.warm_start = WarmStart(episodes=demonstrations, steps=2, sequences_per_step=4, lr=1e-2, point_grid=7)
+    config.warm_start = WarmStart(
+        episodes=demonstrations, steps=2, sequences_per_step=4, lr=1e-2, point_grid=7, continue_below_baseline=True
+    )
     for source in config.sources:
         source.group_size = group_size
     config.driver.groups_per_batch = 2

@@ -66,6 +66,16 @@ class WarmStart:
     """With ``lora.rank > 0``, whether the warm start trains the run's adapters too (True) or
     every weight (False); either way the RL stage puts fresh adapters on the warm start's result."""
 
+    eval_every: Annotated[int, Ge(0)] = 0
+    """Warm-start steps between held-out evaluations during it (0: only at its end), logged with
+    the warm start's steps beside its loss: a loss that falls while held-out success does not
+    shows early."""
+
+    continue_below_baseline: bool = False
+    """Run RL even when the warm start's held-out success ends at or below the best baseline
+    (random clicks or the best constant point, on the same seeds); by default the job stops there,
+    saying so with the figures. Smoke runs, which test the stages and not learning, set it."""
+
     grounding: Annotated[int, Ge(0)] = 0
     """Grounding demonstrations per demonstrated turn (``job.grounding``): one-turn sequences
     'Click "<label>".' on that turn's screen, each answered by a click on a different labelled

@@ -5,7 +5,8 @@ server speaking ``vlrl serve``'s token-in dialect (``endpoint``); either way the
 ordinary Agent Loops on the Harness Pool, the prompts built by the checkpoint's processor
 (``model_path``), so the same policy scores the same on the same seeds both ways. Evaluation
 uses the seeds ``eval.seed ..`` that no training group or demonstration of ``vlrl train`` uses,
-greedy by default, and measures chance (uniformly random clicks) on the same seeds.
+greedy by default, and measures the baselines (random clicks, the best constant point, the oracle:
+``job.baselines``) on the same seeds.
 
 The run folder ``out_dir`` gets ``eval.json`` (every figure and every episode), ``report.md``
 and ``episodes/*.png`` (annotated episodes: where the policy clicked); the last line of stdout
@@ -24,7 +25,8 @@ from typing import Annotated, Any
 
 from vlrl.config import ConfigError, NonEmpty
 from vlrl.job.eval_report import build_report, markdown, summary_of
-from vlrl.job.evaluate import Annotator, Evaluation, chance, evaluate
+from vlrl.job.baselines import measure
+from vlrl.job.evaluate import Annotator, Evaluation, evaluate
 from vlrl.job.progress import Progress
 from vlrl.rollout.http_endpoint import OpenAIEndpoint
 from vlrl.rollout.loop_setup import LoopSetup
@@ -45,7 +47,7 @@ class EvalJob:
         whose processor (tokenizer, chat template, image rule) builds the prompts."""
 
         eval: Evaluation = field(default_factory=Evaluation)
-        """Episodes per source, seeds, temperature, annotated episodes and chance (``every`` is
+        """Episodes per source, seeds, temperature, annotated episodes and baselines (``every`` is
         training's and unused here)."""
 
         out_dir: Annotated[str, NonEmpty()] = "runs/eval"
@@ -111,7 +113,7 @@ class EvalJob:
         pool = None
         try:
             pool = config.pool.build(loop_setup=LoopSetup(model_path, tuple(engines), store, config.client, http))
-            result, by_chance = asyncio.run(self._play(pool, store, annotator, out / "episodes"))
+            result, baselines = asyncio.run(self._play(pool, store, annotator, out / "episodes"))
             keys_left = store.stats().keys
         finally:
             if pool is not None:
@@ -128,7 +130,7 @@ class EvalJob:
             "temperature": config.eval.temperature,
             "store_keys_left": keys_left,
         }
-        return build_report(result, chance=by_chance, about=about)
+        return build_report(result, baselines=baselines, about=about)
 
     async def _play(self, pool: Any, store: Any, annotator: Annotator, pictures: Path) -> tuple[Any, Any]:
         config = self.config
@@ -143,8 +145,11 @@ class EvalJob:
                 progress.set(eval=result.success)
             if not config.eval.chance:
                 return result, None
-            with progress.phase("chance"):
-                return result, await chance(pool, config.sources, config.eval)
+            with progress.phase("baselines"):
+                evaluation = config.eval
+                return result, await measure(
+                    pool, config.sources, seed=evaluation.seed, episodes=evaluation.episodes, grid=evaluation.constant_grid
+                )
 
 
 def resolve_target(path: Path) -> tuple[Path, Path | None]:

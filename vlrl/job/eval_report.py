@@ -1,5 +1,6 @@
 """The report of ``vlrl eval``: success per source and per task family with standard errors,
-beside chance, as JSON (``eval.json``, every episode listed) and Markdown (``report.md``).
+beside the baselines on the same seeds (random clicks, the best constant point, the oracle:
+``baselines``), as JSON (``eval.json``, every episode listed) and Markdown (``report.md``).
 
 The standard error of a success rate p over n episodes is sqrt(p (1 - p) / n): with 64 episodes
 a rate of 0.5 is known to +-0.06, so two policies 0.05 apart on 64 seeds are not told apart; the
@@ -14,6 +15,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from vlrl.job.baselines import KINDS, overall
 from vlrl.job.evaluate import EpisodeRecord, EvalResult
 
 
@@ -24,9 +26,9 @@ def rate(wins: list[bool]) -> dict[str, float]:
     return {"success": p, "stderr": math.sqrt(p * (1 - p) / n) if n else 0.0, "episodes": n}
 
 
-def build_report(result: EvalResult, *, chance: dict[str, float] | None, about: dict[str, Any]) -> dict[str, Any]:
-    """The JSON report: ``about`` (what was evaluated, how), overall and per-source figures, and
-    ``episodes``, one entry per episode."""
+def build_report(result: EvalResult, *, baselines: dict[str, dict[str, Any]] | None, about: dict[str, Any]) -> dict[str, Any]:
+    """The JSON report: ``about`` (what was evaluated, how), overall and per-source figures beside
+    each source's ``baselines`` (None: not measured), and ``episodes``, one entry per episode."""
     played = [e for e in result.episodes if e.finish != "failed"]
     by_source: dict[str, list[EpisodeRecord]] = defaultdict(list)
     for episode in result.episodes:
@@ -37,6 +39,9 @@ def build_report(result: EvalResult, *, chance: dict[str, float] | None, about: 
         tasks: dict[str, list[bool]] = defaultdict(list)
         for e in ok:
             tasks[e.task or "(unnamed)"].append(e.success)
+        measured = (baselines or {}).get(name)
+        bars = {kind: None if measured is None else measured[kind] for kind in KINDS}
+        task_bars = {} if measured is None else measured["tasks"]
         sources[name] = {
             **rate([e.success for e in ok]),
             "failed": len(episodes) - len(ok),
@@ -44,16 +49,18 @@ def build_report(result: EvalResult, *, chance: dict[str, float] | None, about: 
             "reward": _mean([e.reward for e in ok]),
             "turns": _mean([e.turns for e in ok]),
             "response_tokens": _mean([e.response_tokens for e in ok]),
-            "chance": None if chance is None else chance.get(name),
-            "tasks": {task: rate(wins) for task, wins in sorted(tasks.items())},
+            **bars,
+            "baselines": measured,
+            "tasks": {task: {**rate(wins), **task_bars.get(task, {})} for task, wins in sorted(tasks.items())},
         }
-    overall = rate([e.success for e in played])
+    total = rate([e.success for e in played])
     return {
         **about,
-        "success": overall["success"],
-        "success_stderr": overall["stderr"],
-        "episodes_played": overall["episodes"],
+        "success": total["success"],
+        "success_stderr": total["stderr"],
+        "episodes_played": total["episodes"],
         "episodes_failed": len(result.episodes) - len(played),
+        "baselines": overall(baselines) if baselines else None,
         "sources": sources,
         "screenshots": [str(p) for p in result.screenshots],
         "episodes": [_episode(e) for e in result.episodes],
@@ -75,18 +82,18 @@ def markdown(report: dict[str, Any]) -> str:
         f" temperature {report['temperature']:g}; {report['episodes_played']} episodes played,"
         f" {report['episodes_failed']} failed. Success **{report['success']:.3f} +- {report['success_stderr']:.3f}**"
         " (standard error).",
+        *_baseline_line(report["baselines"]),
         "",
-        "| source | task | episodes | success | +- | chance | reward | turns |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| source | task | episodes | success | +- | chance | constant | oracle | reward | turns |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, s in report["sources"].items():
-        chance = "" if s["chance"] is None else f"{s['chance']:.3f}"
         lines.append(
-            f"| {name} | all | {s['episodes']} | {s['success']:.3f} | {s['stderr']:.3f} | {chance}"
+            f"| {name} | all | {s['episodes']} | {s['success']:.3f} | {s['stderr']:.3f} | {_bars(s)}"
             f" | {s['reward']:+.3f} | {s['turns']:.2f} |"
         )
         for task, t in s["tasks"].items():
-            lines.append(f"| {name} | {task} | {t['episodes']} | {t['success']:.3f} | {t['stderr']:.3f} | | | |")
+            lines.append(f"| {name} | {task} | {t['episodes']} | {t['success']:.3f} | {t['stderr']:.3f} | {_bars(t)} | | |")
     failures = [(name, cause, n) for name, s in report["sources"].items() for cause, n in s["failures"].items()]
     if failures:
         lines += ["", "## Failed episodes", ""]
@@ -97,11 +104,26 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _baseline_line(baselines: dict[str, float] | None) -> list[str]:
+    if not baselines:
+        return []
+    return [
+        "",
+        f"Baselines on the same seeds: random clicks {baselines['chance']:.3f}, the best constant point"
+        f" (clicked every turn) {baselines['constant']:.3f}, the oracle {baselines['oracle']:.3f}.",
+    ]
+
+
+def _bars(figures: dict[str, Any]) -> str:
+    """The chance, constant and oracle cells of a table row ('' where not measured)."""
+    return " | ".join("" if figures.get(kind) is None else f"{figures[kind]:.3f}" for kind in KINDS)
+
+
 def _episode(e: EpisodeRecord) -> dict[str, Any]:
     return {
         "source": e.source, "seed": e.seed, "task": e.task, "success": e.success, "reward": e.reward,
         "turns": e.turns, "response_tokens": e.response_tokens, "finish": e.finish, "error": e.error,
-        "replies": list(e.replies),
+        "replies": list(e.replies), "actions": list(e.actions),
     }  # fmt: skip
 
 

@@ -2,7 +2,7 @@
 
 Evaluation episodes are ordinary Agent Loops on the Harness Pool (same engines, same store),
 sampled at ``temperature`` (0: greedy), on seeds ``seed, seed + 1, ...`` of every source. Chance
-level is measured the same way with a scripted policy of uniformly random clicks. A few episodes
+level and the other baselines are measured with scripted policies (``baselines``). A few episodes
 are drawn as annotated screenshots (``annotate``): each turn's screen with a marker where the
 policy clicked, read back from the store (the decoded reply, parsed by the source's parser),
 before the evaluation's keys are deleted.
@@ -23,7 +23,6 @@ from vlrl.harness import Action
 from vlrl.job.progress import Progress
 from vlrl.mm import PatchRule, delete_sequences
 from vlrl.mm.image_rows import read_images
-from vlrl.pool.episode import ScriptedEpisode
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import lost_writers
 from vlrl.records import LOSS_MASK, TOKEN_IDS, SeqMeta
@@ -53,7 +52,12 @@ class Evaluation:
     """Annotated episodes saved per source at the first and the last evaluation."""
 
     chance: bool = True
-    """Also measure chance level (uniformly random clicks) on the same seeds, once per run."""
+    """Also measure the baselines on the same seeds, once per run (``job.baselines``): uniformly
+    random clicks, the best constant point clicked every turn, and the harness's oracle."""
+
+    constant_grid: tuple[int, int] = (8, 6)
+    """Columns and rows of the grid of screen points the best constant point is chosen from (every
+    point is played on every held-out seed: ``cols * rows`` scripted episodes a seed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +77,12 @@ class EpisodeRecord:
     error: str = ""
     """For a failed episode: its status and the first line of its error, whole."""
     replies: tuple[str, ...] = ()
-    """The policy's decoded reply of every turn (when ``evaluate`` was asked for them)."""
+    """The policy's decoded reply of every turn (when ``evaluate`` was asked for them), in the
+    model's coordinates (in the ``qwen25vl`` format: pixels of the image the model saw, resized to
+    whole patches)."""
+    actions: tuple[str, ...] = ()
+    """Each reply as the harness got it, in screen pixels (``click (100, 22)``, as the annotated
+    pictures mark it), or ``invalid reply (...)``."""
 
 
 @dataclass(slots=True)
@@ -109,11 +118,17 @@ class EvalResult:
         return sum(s.success * (s.episodes - s.failed) for s in self.sources.values()) / max(n, 1)
 
     def metrics(self, prefix: str = "eval") -> dict[str, float]:
+        """Success overall, every per-source figure, and success per source and task family
+        (``eval/SOURCE/tasks/TASK/success``)."""
         out: dict[str, float] = {f"{prefix}/success": self.success}
         for name, score in self.sources.items():
             for key, value in score.as_dict().items():
                 out[f"{prefix}/{name}/{key}"] = value
-        return out
+        by_task: dict[str, list[bool]] = defaultdict(list)
+        for e in self.episodes:
+            if e.finish != "failed":
+                by_task[f"{prefix}/{e.source}/tasks/{e.task or '(unnamed)'}/success"].append(e.success)
+        return {**out, **{key: float(np.mean(wins)) for key, wins in sorted(by_task.items())}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +193,8 @@ async def evaluate(
     metas = [meta for trajectories in per_source.values() for metas in trajectories for meta in metas]
     try:
         if replies and annotator is not None:
-            result.episodes = await asyncio.to_thread(_with_replies, result.episodes, played, store, annotator.tokenizer)
+            formats = {source.name: source.agent.action_format for source in sources}
+            result.episodes = await asyncio.to_thread(_with_replies, result.episodes, played, store, annotator, formats)
         if annotator is not None and screenshot_dir is not None and config.screenshots:
             screenshot_dir.mkdir(parents=True, exist_ok=True)
             for name, trajectories in per_source.items():
@@ -199,22 +215,6 @@ async def _run(pool: HarnessPool, jobs: list[tuple[Any, dict[str, Any]]], progre
     return await asyncio.gather(*(progress.counted(pool.run(tenant, **kwargs)) for tenant, kwargs in jobs))
 
 
-async def chance(pool: HarnessPool, sources: list[DataSource], config: Evaluation) -> dict[str, float]:
-    """Success of uniformly random clicks on the held-out seeds, per source."""
-    jobs, owners = [], []
-    for source in sources:
-        for k in range(config.episodes):
-            episode = ScriptedEpisode(seed=config.seed + k, policy="random", max_steps=source.agent.max_turns)
-            jobs.append((episode, {"codebase": source.codebase, "env_settings": source.env.as_kwargs()}))
-            owners.append(source.name)
-    outcomes = await pool.run_many(jobs)
-    wins: dict[str, list[bool]] = defaultdict(list)
-    for name, outcome in zip(owners, outcomes):
-        if outcome.status == "ok":
-            wins[name].append(bool(outcome.value.success))
-    return {name: float(np.mean(w)) if w else 0.0 for name, w in wins.items()}
-
-
 def _record(source: str, seed: int, metas: list[SeqMeta]) -> EpisodeRecord:
     first = metas[0]
     return EpisodeRecord(
@@ -223,14 +223,25 @@ def _record(source: str, seed: int, metas: list[SeqMeta]) -> EpisodeRecord:
     )  # fmt: skip
 
 
-def _with_replies(episodes: list[EpisodeRecord], played: dict[int, list[SeqMeta]], store: Any, tokenizer: Any) -> list[EpisodeRecord]:
-    """``episodes`` with the decoded replies of every turn, read back from the store
-    (``played``: index of an episode -> its sequences)."""
+def _with_replies(
+    episodes: list[EpisodeRecord], played: dict[int, list[SeqMeta]], store: Any, annotator: Annotator, formats: dict[str, str]
+) -> list[EpisodeRecord]:
+    """``episodes`` with the decoded replies of every turn, read back from the store, and each
+    parsed into the action the harness got, in pixels of that turn's screenshot (``played``: index
+    of an episode -> its sequences; ``formats``: each source's action format)."""
     rows = store.get([m.key for metas in played.values() for m in metas], fields=[TOKEN_IDS, LOSS_MASK])
     out = list(episodes)
     for index, metas in played.items():
-        answers = [a for m in metas for a in _answers(rows[m.key][TOKEN_IDS], rows[m.key][LOSS_MASK])]
-        out[index] = replace(out[index], replies=tuple(tokenizer.decode(a, skip_special_tokens=True) for a in answers))
+        replies, actions = [], []
+        for m in metas:
+            screens = [m.images[i] for _, i in m.image_offsets]
+            for turn, answer in enumerate(_answers(rows[m.key][TOKEN_IDS], rows[m.key][LOSS_MASK])):
+                reply = annotator.tokenizer.decode(answer, skip_special_tokens=True)
+                replies.append(reply)
+                if turn < len(screens):
+                    screen = annotator.screen_map(screens[turn].width, screens[turn].height)
+                    actions.append(_action(reply, formats[out[index].source], screen)[1])
+        out[index] = replace(out[index], replies=tuple(replies), actions=tuple(actions))
     return out
 
 

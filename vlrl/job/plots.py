@@ -5,7 +5,7 @@ Writes into ``RUN_DIR/plots``:
 
 - ``reward.png``: mean episode reward of the rollouts of each RL step, per source;
 - ``pass_rate.png``: training pass rate per step, and held-out success at each evaluation, with
-  the warm-start checkpoint's and chance level marked;
+  the warm-start checkpoint's and the baselines (random clicks, best constant point, oracle) marked;
 - ``episode_length.png``: turns and generated tokens per episode;
 - ``entropy.png``: the policy's mean token entropy on the trained tokens (and the warm start's loss);
 - ``throughput.png``: trained tokens/s, generated tokens/s and seconds per step;
@@ -151,7 +151,7 @@ class _Series:
         summaries = [r for r in records if r.get("phase") == "summary"]
         self.summary = summaries[-1] if summaries else {}
         chances = [r for r in records if "eval/chance" in r]
-        self.chance = chances[-1]["eval/chance"] if chances else None
+        self.baselines = {kind: chances[-1].get(f"eval/{kind}") for kind in ("chance", "constant", "oracle")} if chances else {}
         self.sources = sorted({k.split("/")[1] for r in self.rl for k in r if k.startswith("rollout/") and k.count("/") == 2})
 
     def _xy(self, rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -180,8 +180,14 @@ class _Series:
             hits = [r for r in self.evals if r.get("tag") == tag]
             if hits:
                 ax.axhline(hits[-1]["eval/success"], color=colour, linestyle=":", label=f"{tag} checkpoint {hits[-1]['eval/success']:.2f}")
-        if self.chance is not None:
-            ax.axhline(self.chance, color="black", linestyle="--", linewidth=0.8, label=f"chance (random clicks) {self.chance:.2f}")
+        for kind, label, style in (
+            ("chance", "chance (random clicks)", "--"),
+            ("constant", "best constant point", "-."),
+            ("oracle", "oracle", (0, (1, 3))),
+        ):
+            if self.baselines.get(kind) is not None:
+                value = self.baselines[kind]
+                ax.axhline(value, color="black", linestyle=style, linewidth=0.8, label=f"{label} {value:.2f}")
         ax.set(title="pass rate", xlabel="RL step", ylabel="success rate", ylim=(-0.02, 1.02))
         _legend(ax)
 
@@ -218,7 +224,7 @@ class _Series:
         s = self.summary
         if not s:
             return "(run not finished: no summary yet)"
-        keys = ("success_chance", "success_first", "success_warm_start", "success_last", "steps", "wall_s")
+        keys = ("success_chance", "success_constant", "success_oracle", "success_first", "success_warm_start", "success_last", "steps", "wall_s")
         return "\n".join(f"{k:<20} {s[k]:.3f}" if isinstance(s.get(k), float) else f"{k:<20} {s.get(k)}" for k in keys)
 
 

@@ -16,8 +16,11 @@ Before it, optionally, a supervised warm start (``WarmStart``): oracle demonstra
 source become training sequences in the store and a trainer with the ``sft`` loss fits them; its
 checkpoint is where the RL stage starts. Held-out evaluations (``Evaluation``) run before
 anything (``success_first``), after the warm start and every ``eval.every`` steps; the last one
-gives ``success_last``. The run folder holds ``metrics.jsonl``, TensorBoard events, checkpoints,
-annotated episode pictures and plots; ``resume=True`` (``vlrl train RECIPE --resume``)
+gives ``success_last``. Before them the baselines (``job.baselines``: random clicks, the best
+constant point, the oracle) are measured on the same seeds; a warm start whose held-out success
+ends at or below the best of them stops the job before RL, saying so with the figures, unless
+``warm_start.continue_below_baseline``. The run folder holds ``metrics.jsonl``, TensorBoard
+events, checkpoints, annotated episode pictures and plots; ``resume=True`` (``vlrl train RECIPE --resume``)
 continues from its last checkpoint.
 """
 
@@ -27,6 +30,7 @@ import asyncio
 import json
 import random
 import shutil
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -40,7 +44,8 @@ from vlrl.control.teacher import TeacherScorer
 from vlrl.job.action_text import FORMATS
 from vlrl.job.demos import DemoEpisode, WarmStart
 from vlrl.job.distill import Teacher
-from vlrl.job.evaluate import EvalResult, Evaluation, chance, evaluate
+from vlrl.job.baselines import below_baseline, measure, overall
+from vlrl.job.evaluate import EvalResult, Evaluation, evaluate
 from vlrl.job.meters import batch_metrics, book_metrics
 from vlrl.job.metrics_log import read_metrics
 from vlrl.job.plots import EPISODES_DIR
@@ -285,15 +290,22 @@ class TrainJob:
             branched = state is None and bool(config.start_from)
             if branched:
                 state = s.branched_state(config.start_from)
+            stopped = ""
             if state is None:
                 state = RunState(policy=s.model_path)
-                await self._maybe_chance(s, state)
+                await self._maybe_baselines(s, state)
                 await self._evaluate(s, state, "base")
                 if config.warm_start is not None:
                     await self._warm_start(s, state)
-            await self._rl(s, state, evaluate_first=branched)
-            await self._evaluate(s, state, "final")
+                    stopped = self._warm_start_verdict(s, state)
+            if not stopped:
+                await self._rl(s, state, evaluate_first=branched)
+                await self._evaluate(s, state, "final")
+        if stopped:
+            print(f"vlrl train: {stopped}", file=sys.stderr, flush=True)
         summary = _summary(config, state, s, time.perf_counter() - started)
+        if stopped:
+            summary["stopped"] = stopped
         s.log.log(state.step, "summary", summary)
         (s.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
         if config.plots:
@@ -321,6 +333,11 @@ class TrainJob:
                 metrics = await asyncio.to_thread(group.step, batch)
                 s.log.log(step, "warm-start", {f"train/{k}": v for k, v in metrics.items()})
                 s.progress.advance(loss=metrics["loss"], tokens_per_s=metrics["tokens_per_s"])
+                if should_evaluate(step, ws.eval_every, ws.steps):  # the end's evaluation follows anyway
+                    state.version += 1
+                    await s.push_weights(group, state.version)
+                    await self._evaluate(s, state, f"warm-step{step}", phase="warm-start", step=step)
+                    s.progress.phase("warm-start", total=ws.steps, unit="step", initial=step)
             path = s.checkpoint_dir("warm-start")
             await asyncio.to_thread(group.save, path, {"stage": "warm-start"})
             state.version += 1
@@ -437,7 +454,9 @@ class TrainJob:
         if previous and own and Path(previous).name.startswith("step-") and Path(previous) != path:
             shutil.rmtree(previous, ignore_errors=True)
 
-    async def _evaluate(self, s: JobSession, state: RunState, tag: str) -> EvalResult:
+    async def _evaluate(self, s: JobSession, state: RunState, tag: str, *, phase: str = "eval", step: int | None = None) -> EvalResult:
+        """``phase``, ``step``: where the record goes (a warm start's own evaluations are logged
+        with its steps, beside its loss)."""
         config = self.config
         pictures = tag in ("base", "warm", "final")
         with s.progress.phase(f"eval {tag}", total=len(config.sources) * config.eval.episodes, unit="episode"):
@@ -447,18 +466,48 @@ class TrainJob:
                 progress=s.progress,
             )  # fmt: skip
             state.success[tag] = result.success
-            s.log.log(state.step, "eval", {"tag": tag, "policy_version": await s.served_version(), **result.metrics()})
+            record = {"tag": tag, "policy_version": await s.served_version(), **result.metrics()}
+            s.log.log(state.step if step is None else step, phase, record)
             s.progress.set(eval=result.success)
         return result
 
-    async def _maybe_chance(self, s: JobSession, state: RunState) -> None:
-        if not self.config.eval.chance:
+    async def _maybe_baselines(self, s: JobSession, state: RunState) -> None:
+        """The baselines on the held-out seeds, once (``eval.chance``), in ``state.success``
+        (``chance``, ``constant``, ``oracle``, ``best``) and one ``eval`` record tagged ``baselines``."""
+        evaluation = self.config.eval
+        if not evaluation.chance:
             return
-        with s.progress.phase("eval chance"):
-            per_source = await chance(s.pool, self.config.sources, self.config.eval)
-        n = {source.name: self.config.eval.episodes for source in self.config.sources}
-        state.success["chance"] = sum(per_source[k] * n[k] for k in per_source) / max(sum(n.values()), 1)
-        s.log.log(0, "eval", {"tag": "chance", "eval/chance": state.success["chance"], **{f"eval/{k}/chance": v for k, v in per_source.items()}})
+        started = time.perf_counter()
+        with s.progress.phase("eval baselines"):
+            per_source = await measure(
+                s.pool, self.config.sources, seed=evaluation.seed, episodes=evaluation.episodes, grid=evaluation.constant_grid
+            )
+        both = overall(per_source)
+        state.success.update(both)
+        record: dict[str, Any] = {"tag": "baselines", **{f"eval/{kind}": v for kind, v in both.items()}}
+        record["eval/baseline_seeds"] = [evaluation.seed, evaluation.seed + evaluation.episodes - 1]
+        record["time/baselines_s"] = round(time.perf_counter() - started, 2)
+        for name, found in per_source.items():
+            for kind in ("chance", "constant", "oracle", "constant_point", "failed"):
+                record[f"eval/{name}/{kind}"] = found[kind]
+            for task, figures in found["tasks"].items():
+                record.update({f"eval/{name}/tasks/{task}/{kind}": v for kind, v in figures.items()})
+        s.log.log(0, "eval", record)
+
+    def _warm_start_verdict(self, s: JobSession, state: RunState) -> str:
+        """Why the job stops before RL ('' : it goes on): the warm start ended at or below the best
+        baseline, and ``warm_start.continue_below_baseline`` is off. Said on stderr either way."""
+        if "best" not in state.success or "warm" not in state.success:
+            return ""
+        below = below_baseline(state.success["warm"], state.success, episodes=self.config.eval.episodes)
+        if not below:
+            return ""
+        message = f"warm start: {below}; RL from a policy that has not learnt the screen seldom learns it (docs/training.md)"
+        s.log.log(state.step, "warm-start", {"warm_start/below_baseline": message})
+        if self.config.warm_start.continue_below_baseline:
+            print(f"vlrl train: {message}; going on (warm_start.continue_below_baseline)", file=sys.stderr, flush=True)
+            return ""
+        return f"{message}. Stopped before RL; warm_start.continue_below_baseline=true runs RL anyway"
 
 
 def should_evaluate(step: int, every: int, steps: int) -> bool:
@@ -481,18 +530,33 @@ def _summary(config: TrainJob.Config, state: RunState, s: JobSession, wall_s: fl
     first = next((r for r in evals if r.get("tag") == "base"), evals[0] if evals else {})
     last = evals[-1] if evals else {}
     warm = [r for r in evals if r.get("tag") == "warm"]
-    per_source = {
-        source.name: {
-            "success_first": first.get(f"eval/{source.name}/success"),
-            "success_last": last.get(f"eval/{source.name}/success"),
+    bars = next((r for r in records if r.get("tag") == "baselines"), {})
+    per_source = {}
+    for source in config.sources:
+        name = source.name
+        figures: dict[str, Any] = {
+            "success_first": first.get(f"eval/{name}/success"),
+            "success_last": last.get(f"eval/{name}/success"),
+            **{kind: bars.get(f"eval/{name}/{kind}") for kind in ("chance", "constant", "constant_point", "oracle")},
         }
-        for source in config.sources
-    }
+        tasks = sorted({k.split("/")[3] for r in (first, last, bars) for k in r if k.startswith(f"eval/{name}/tasks/")})
+        figures["tasks"] = {
+            task: {
+                "success_first": first.get(f"eval/{name}/tasks/{task}/success"),
+                "success_last": last.get(f"eval/{name}/tasks/{task}/success"),
+                **{kind: bars.get(f"eval/{name}/tasks/{task}/{kind}") for kind in ("chance", "constant", "oracle")},
+            }
+            for task in tasks
+        }
+        per_source[name] = figures
     return {
         "success_first": first.get("eval/success"),
         "success_warm_start": warm[-1]["eval/success"] if warm else None,
         "success_last": last.get("eval/success"),
-        "success_chance": state.success.get("chance", _first(records, "eval/chance")),
+        "success_chance": state.success.get("chance", bars.get("eval/chance")),
+        "success_constant": state.success.get("constant", bars.get("eval/constant")),
+        "success_oracle": state.success.get("oracle", bars.get("eval/oracle")),
+        "baseline_seeds": bars.get("eval/baseline_seeds"),
         "steps": state.step,
         "wall_s": round(wall_s, 1),
         "sources": per_source,
@@ -504,10 +568,6 @@ def _summary(config: TrainJob.Config, state: RunState, s: JobSession, wall_s: fl
         "model_family": s.family.name,
         "engine": "vllm" if isinstance(config.engine, VLLMEngine.Config) else "embedded",
     }
-
-
-def _first(records: list[dict[str, Any]], key: str) -> Any:
-    return next((r[key] for r in records if key in r), None)
 
 
 def _cause(outcome: TenantOutcome) -> str:

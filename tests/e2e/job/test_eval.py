@@ -6,6 +6,7 @@ over HTTP, reply for reply. What needs no engine is in tests/unit/job/test_eval.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tests.helpers.running import RunningServer
@@ -34,9 +35,15 @@ def test_a_run_folder_is_evaluated_on_its_own_sources_with_its_newest_checkpoint
     assert summary["sources"]["desktop-click"]["tasks"].keys() == {"click-target"}
     assert summary["episodes_played"] == 3 and summary["store_keys_left"] == 0
     assert 0 <= summary["sources"]["desktop-click"]["chance"] <= 1
+    baselines = summary["sources"]["desktop-click"]["baselines"]  # on the very seeds evaluated
+    assert baselines["seeds"] == [1_000_000, 1_000_002] and baselines["episodes"] == 3 and baselines["failed"] == 0
+    assert 0 <= baselines["constant"] <= 1 and baselines["oracle"] == 1.0 and summary["baselines"]["best"] >= baselines["chance"]
     report = _report(summary)
     assert [e["seed"] for e in report["episodes"]] == [1_000_000, 1_000_001, 1_000_002]
     assert all(len(e["replies"]) == 1 for e in report["episodes"])  # one turn each, decoded
+    for episode in report["episodes"]:  # and as the harness got it, in screen pixels
+        (action,) = episode["actions"]
+        assert re.fullmatch(r"[a-z_]+ \(\d+, \d+\)|invalid reply \(.*\)|[a-z_]+", action), action
     page = (run / "eval" / "report.md").read_text()
     assert "| desktop-click | click-target | 3 |" in page and "episodes/" in page
     assert len(list((run / "eval" / "episodes").glob("*.png"))) == 1

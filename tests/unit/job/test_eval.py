@@ -27,17 +27,24 @@ def test_the_report_gives_rates_with_standard_errors_per_task_and_counts_failure
         EpisodeRecord("s", 2, "b", True, 1.0, 1, 5, "done"),
         EpisodeRecord("s", 3, "", False, 0.0, 0, 0, "failed", "timeout: harness call ran longer than 5 s"),
     ]
+    measured = {
+        "seeds": [0, 3], "episodes": 4, "chance": 0.1, "constant": 0.5, "constant_point": [10, 20], "oracle": 1.0,
+        "best": 0.5, "failed": 0, "tasks": {"a": {"chance": 0.0, "constant": 0.5, "oracle": 1.0}},
+    }  # fmt: skip
     report = build_report(
-        EvalResult(episodes=episodes), chance={"s": 0.1}, about={"policy": "p", "seed": 0, "episodes_per_source": 4, "temperature": 0.0}
+        EvalResult(episodes=episodes), baselines={"s": measured}, about={"policy": "p", "seed": 0, "episodes_per_source": 4, "temperature": 0.0}
     )
     source = report["sources"]["s"]
+    assert (source["chance"], source["constant"], source["oracle"]) == (0.1, 0.5, 1.0) and source["baselines"] == measured
+    assert report["baselines"] == {"chance": 0.1, "constant": 0.5, "oracle": 1.0, "best": 0.5}
     assert source["episodes"] == 3 and source["failed"] == 1
     assert source["success"] == pytest.approx(2 / 3)
     assert source["stderr"] == pytest.approx(((2 / 3) * (1 / 3) / 3) ** 0.5)
-    assert source["tasks"] == {"a": rate([True, False]), "b": rate([True])}
+    assert source["tasks"] == {"a": {**rate([True, False]), "chance": 0.0, "constant": 0.5, "oracle": 1.0}, "b": rate([True])}
     assert source["failures"] == {"timeout: harness call ran longer than 5 s": 1}
     page = markdown(report)
-    assert "| s | a | 2 | 0.500 | 0.354 |" in page and "1 x `timeout: harness call ran longer than 5 s`" in page
+    assert "| s | all | 3 | 0.667 | 0.272 | 0.100 | 0.500 | 1.000 |" in page and "| s | a | 2 | 0.500 | 0.354 | 0.000 | 0.500 | 1.000 |" in page
+    assert "| s | b | 1 | 1.000 | 0.000 |  |  |  |" in page and "the best constant point (clicked every turn) 0.500" in page and "1 x `timeout: harness call ran longer than 5 s`" in page
 
 
 @pytest.fixture
