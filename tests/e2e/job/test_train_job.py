@@ -51,8 +51,8 @@ def test_the_metrics_hold_the_warm_start_the_rl_steps_and_every_evaluation(finis
     assert all(r["batch/desktop-click/groups"] == 2 and r["train/tokens_per_s"] > 0 for r in rl)
     assert all(r["train/tis_weight"] > 0 and r["train/ref_kl"] >= 0 for r in rl)
     tags = [r["tag"] for r in records if r["phase"] == "eval"]
-    assert tags == ["chance", "base", "warm", "step1", "final"]
-    assert [r["policy_version"] for r in records if r["phase"] == "eval" and r["tag"] != "chance"] == [0, 1, 2, 3]
+    assert tags == ["baselines", "base", "warm", "step1", "final"]
+    assert [r["policy_version"] for r in records if r["phase"] == "eval" and r["tag"] != "baselines"] == [0, 1, 2, 3]
 
 
 def test_a_resume_continues_the_steps_without_a_second_warm_start(finished_run):
