@@ -290,20 +290,26 @@ class TrainJob:
             branched = state is None and bool(config.start_from)
             if branched:
                 state = s.branched_state(config.start_from)
-            stopped = ""
+            below = stopped = ""
             if state is None:
                 state = RunState(policy=s.model_path)
                 await self._maybe_baselines(s, state)
                 await self._evaluate(s, state, "base")
                 if config.warm_start is not None:
                     await self._warm_start(s, state)
-                    stopped = self._warm_start_verdict(s, state)
+                    below = self._below_baseline(state)
+            if below and config.warm_start.continue_below_baseline:
+                print(f"vlrl train: {below}; going on (warm_start.continue_below_baseline)", file=sys.stderr, flush=True)
+            elif below:
+                stopped = f"{below}. Stopped before RL; warm_start.continue_below_baseline=true runs RL anyway"
             if not stopped:
                 await self._rl(s, state, evaluate_first=branched)
                 await self._evaluate(s, state, "final")
         if stopped:
             print(f"vlrl train: {stopped}", file=sys.stderr, flush=True)
         summary = _summary(config, state, s, time.perf_counter() - started)
+        if below:
+            summary["warm_start_below_baseline"] = below
         if stopped:
             summary["stopped"] = stopped
         s.log.log(state.step, "summary", summary)
@@ -494,20 +500,13 @@ class TrainJob:
                 record.update({f"eval/{name}/tasks/{task}/{kind}": v for kind, v in figures.items()})
         s.log.log(0, "eval", record)
 
-    def _warm_start_verdict(self, s: JobSession, state: RunState) -> str:
-        """Why the job stops before RL ('' : it goes on): the warm start ended at or below the best
-        baseline, and ``warm_start.continue_below_baseline`` is off. Said on stderr either way."""
+    def _below_baseline(self, state: RunState) -> str:
+        """What the job says when the warm start's held-out success ended at or below the best
+        baseline ('' when it beat it, or when no baseline was measured)."""
         if "best" not in state.success or "warm" not in state.success:
             return ""
         below = below_baseline(state.success["warm"], state.success, episodes=self.config.eval.episodes)
-        if not below:
-            return ""
-        message = f"warm start: {below}; RL from a policy that has not learnt the screen seldom learns it (docs/training.md)"
-        s.log.log(state.step, "warm-start", {"warm_start/below_baseline": message})
-        if self.config.warm_start.continue_below_baseline:
-            print(f"vlrl train: {message}; going on (warm_start.continue_below_baseline)", file=sys.stderr, flush=True)
-            return ""
-        return f"{message}. Stopped before RL; warm_start.continue_below_baseline=true runs RL anyway"
+        return below and f"warm start: {below}; RL from a policy that has not learnt the screen seldom learns it (docs/training.md)"
 
 
 def should_evaluate(step: int, every: int, steps: int) -> bool:

@@ -31,6 +31,7 @@ def test_a_warm_start_left_at_chance_stops_the_job_before_rl(ray_session, tmp_pa
     )
     assert said in err and "Stopped before RL; warm_start.continue_below_baseline=true runs RL anyway" in err
     assert summary["stopped"].startswith(said.removeprefix("vlrl train: ")) and summary["steps"] == 0
+    assert summary["stopped"].startswith(summary["warm_start_below_baseline"])
 
     records = read_metrics(run)
     assert not [r for r in records if r.get("phase") == "rl"]  # no RL step ran
