@@ -4,14 +4,14 @@ A sparse MLP has a router ``gate`` (``(E, H)``: one logit per expert) and ``E`` 
 ``experts``. For a token with hidden state ``h``::
 
     p = softmax(W_gate h)                       # (E,) in float32 whatever the dtype, as the family does
-    K = top-k experts of p                      # or, under routing replay, the rollout's recorded K
-    w_e = p_e / sum_{j in K} p_j   for e in K   # the gate weights, always from this router
+    K = top-k experts of p
+    w_e = p_e / sum_{j in K} p_j   for e in K   # the gate weights
     y = sum_{e in K} w_e * down_e(silu(gate_e h) * up_e h)
 
 ``RoutedExperts`` takes the place of the model's own block (the same two children, so every
-parameter keeps its checkpoint name) because the trainer needs what the block hides: the
-router's logits for the load-balancing loss, and a way to impose the experts ``K`` (replay) while
-the weights ``w`` keep their gradient to the router.
+parameter keeps its checkpoint name) because the trainer needs what the block hides, the
+router's logits for the load-balancing loss, and because under tensor parallelism its weights
+are distributed tensors the block's own loop cannot index.
 
 Under tensor parallelism (sequence parallel) each TP rank routes its own shard of the sequence
 through whole, replicated experts; the experts' and router's gradients are then summed over the
@@ -43,8 +43,7 @@ from torch.distributed.tensor import DTensor
 
 
 class RoutedExperts(nn.Module):
-    """A sparse MLP computed by the trainer; ``replay`` (set before a forward, ``(S, k)`` expert
-    ids of this rank's tokens) imposes the experts; ``router_logits`` holds the last forward's."""
+    """A sparse MLP computed by the trainer; ``router_logits`` holds the last forward's ``(S, E)``."""
 
     def __init__(self, block: nn.Module) -> None:
         super().__init__()
@@ -53,7 +52,6 @@ class RoutedExperts(nn.Module):
         self.num_experts = int(block.gate.num_experts)
         self.top_k = int(block.gate.top_k)
         self.tp_group: Any = None
-        self.replay: torch.Tensor | None = None
         self.router_logits: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -62,13 +60,7 @@ class RoutedExperts(nn.Module):
         router, gate_up, down = (_local(p, self.tp_group) for p in (self.gate.weight, self.experts.gate_up_proj, self.experts.down_proj))
         logits = F.linear(h, router)  # (S, E)
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)  # float32 in any dtype, as the family routes
-        if self.replay is None:
-            picked, ids = torch.topk(probs, self.top_k, dim=-1)  # (S, k)
-        else:
-            ids = self.replay.to(device=h.device, dtype=torch.long)
-            if ids.shape != (h.shape[0], self.top_k):
-                raise ValueError(f"routing replay: {tuple(ids.shape)} expert ids for {h.shape[0]} tokens; expected (tokens, {self.top_k})")
-            picked = probs.gather(1, ids)
+        picked, ids = torch.topk(probs, self.top_k, dim=-1)  # (S, k)
         weights = (picked / picked.sum(-1, keepdim=True)).to(h.dtype)  # (S, k)
         self.router_logits = logits
         out = torch.zeros_like(h)
