@@ -141,7 +141,7 @@ class Qwen3VLEncoder(PatchTowerEncoder):
             hidden_size=vision.out_hidden_size,
             num_heads=vision.num_heads,
             num_position_embeddings=vision.num_position_embeddings,
-            deepstack_visual_indexes=tuple(vision.deepstack_visual_indexes),
+            deepstack_visual_indexes=tuple(getattr(vision, "deepstack_visual_indexes", ())),  # none in Qwen3.5's tower
             hidden_act=vision.hidden_act,
             patch_rule=patch_rule,
         )
@@ -149,4 +149,5 @@ class Qwen3VLEncoder(PatchTowerEncoder):
 
     def forward(self, batch: EncoderBatch) -> torch.Tensor:
         out = self.tower(batch.pixel_values.to(self.tower.dtype), grid_thw=batch.grid_thw)
-        return torch.cat([out.pooler_output, *out.deepstack_features], dim=1)  # (sum tokens, hidden * levels)
+        levels = getattr(out, "deepstack_features", None) or []
+        return torch.cat([out.pooler_output, *levels], dim=1)  # (sum tokens, hidden * levels)

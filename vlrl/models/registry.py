@@ -26,6 +26,7 @@ BUILTINS = {
     "qwen2_5_vl": "vlrl.models.qwen2_5_vl:Qwen25VL",
     "qwen3_vl": "vlrl.models.qwen3_vl:Qwen3VL",
     "qwen3_vl_moe": "vlrl.models.qwen3_vl_moe:Qwen3VLMoe",
+    "qwen3_5": "vlrl.models.qwen3_5:Qwen35",
 }
 
 

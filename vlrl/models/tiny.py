@@ -34,7 +34,8 @@ class TinyModel:
 
     family: str = "qwen2_vl"
     """Model family of the tiny build: a registered family (``qwen2_vl``, ``qwen2_5_vl``,
-    ``qwen3_vl``, ``qwen3_vl_moe``: 4 experts, 2 per token)."""
+    ``qwen3_vl``, ``qwen3_vl_moe``: 4 experts, 2 per token; ``qwen3_5``: gated DeltaNet layers,
+    every fourth and the last layer full attention, heads of at least 32)."""
 
     seed: Annotated[int, Ge(0)] = 0
     """Seed of the random initial weights."""

@@ -12,11 +12,11 @@ from vlrl.models.qwen2_vl import Qwen2VL
 from vlrl.rollout.rollout_side import RolloutSide
 
 
-def test_the_four_families_are_built_in():
-    assert {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"} <= set(registered())
+def test_the_built_in_families():
+    assert {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"} <= set(registered())
 
 
-@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"])
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"])
 def test_a_folder_s_family_comes_from_its_config(tmp_path, model_type):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
     assert family_of(tmp_path).name == model_type

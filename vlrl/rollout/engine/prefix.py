@@ -29,7 +29,8 @@ class ImageSpan:
 
 @dataclass(frozen=True, slots=True)
 class KVPrefix:
-    """A trajectory's cached sequence and its keys and values, one (heads, len, head_dim) pair per layer."""
+    """A trajectory's cached sequence and its keys and values, one (heads, len, head_dim) pair per layer;
+    for a linear-attention layer the pair is its conv window and recurrent state after the whole sequence."""
 
     tokens: np.ndarray
     images: tuple[ImageSpan, ...]

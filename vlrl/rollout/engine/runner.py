@@ -11,6 +11,12 @@ of row ``i`` is ``[pad][prefix_i][pad][new_i]`` and then one slot per decode ste
 Pads are masked out of every attention, and a row's last prompt token sits in the last column,
 so its logits are the batch's last position. Rows leave the batch when they finish.
 
+A family with linear-attention layers (Qwen3.5: gated DeltaNet) keeps, per layer, a causal-conv
+window and a recurrent state instead of keys and values. Zero left pads leave a zero state zero,
+so fresh prompts still prefill as one batch; a carried state would decay through pads, so a row
+continuing a prefix runs in a batch of its own, and only when its prompt extends the whole cached
+sequence (the state stands for exactly those tokens and cannot be cut back).
+
 Positions are the 3-D M-RoPE ids (temporal, height, width), computed explicitly for each
 row with the model's own ``get_rope_index`` over the *whole* prompt (so a continued prefill gets
 the positions a from-scratch prefill would); generated tokens continue at ``max + 1``. Passing
@@ -102,6 +108,8 @@ class ModelRunner:
             for name in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
         ]
         self._banned = torch.tensor([i for i in placeholders if i is not None], dtype=torch.long, device=self._device)
+        layer_types = getattr(model.config.get_text_config(), "layer_types", None) or ()
+        self._recurrent = "linear_attention" in layer_types
 
     @classmethod
     def load(
@@ -113,6 +121,16 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, seqs: list[Sequence]) -> list[Outcome]:
         rows = [self._plan(seq) for seq in seqs]
+        if not self._recurrent:
+            self._run_batch(rows)
+        else:  # fresh rows together, each row carrying a recurrent state alone (module docstring)
+            batches = [[r for r in rows if not r.reused], *([r] for r in rows if r.reused)]
+            for batch in batches:
+                if batch:
+                    self._run_batch(batch)
+        return [row.outcome for row in rows]
+
+    def _run_batch(self, rows: list[_Row]) -> None:
         cache, mask, logits = self._prefill(rows)
         active = rows
         while True:
@@ -132,11 +150,14 @@ class ModelRunner:
                     row.outcome = self._outcome(row, cache, mask[j], j)
             keep = [j for j, row in enumerate(active) if row.finish is None]
             if not keep:
-                return [row.outcome for row in rows]
+                return
             if len(keep) < len(active):
                 index = torch.tensor(keep, device=self._device)
                 for layer in cache.layers:
-                    layer.batch_select_indices(index)
+                    if _is_recurrent(layer):
+                        layer.reorder_cache(index)  # transformers' linear-attention layers select rows so
+                    else:
+                        layer.batch_select_indices(index)
                 mask, ids = mask[index], ids[index]
                 active = [active[j] for j in keep]
             mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
@@ -192,6 +213,8 @@ class ModelRunner:
 
     def _plan(self, seq: Sequence) -> _Row:
         reused = seq.prefix.shared_length(seq.prompt, seq.spans) if seq.prefix is not None else 0
+        if self._recurrent and seq.prefix is not None and reused < len(seq.prefix.tokens):
+            reused = 0  # a recurrent state cannot be cut back to a shorter prefix
         positions = self._positions(seq.prompt, seq.images)
         return _Row(
             seq=seq,
@@ -302,6 +325,8 @@ class ModelRunner:
 
     def _prefix_cache(self, rows: list[_Row], cached: int) -> DynamicCache:
         """The rows' cached prefixes, right-aligned into one (B, kv_heads, cached, head_dim) per layer."""
+        if self._recurrent:
+            return self._recurrent_cache(rows, cached)
         if cached == 0:
             return DynamicCache()
         template = next(r.seq.prefix.kv for r in rows if r.reused)
@@ -317,6 +342,23 @@ class ModelRunner:
             layers.append((keys, values))
         return DynamicCache(ddp_cache_data=layers)
 
+    def _recurrent_cache(self, rows: list[_Row], cached: int) -> DynamicCache:
+        """A hybrid model's cache: empty, or the one row's whole prefix (``run`` batches a row that
+        reuses a prefix alone): keys and values of the attention layers, the conv window and
+        recurrent state of the linear-attention layers."""
+        cache = DynamicCache(config=self.model.config)
+        if cached == 0:
+            return cache
+        (row,) = rows
+        for index, (layer, (first, second)) in enumerate(zip(cache.layers, row.seq.prefix.kv, strict=True)):
+            if not _is_recurrent(layer):
+                cache.update(first[None], second[None], index)
+                continue
+            layer.update_conv_state(first[None].clone(), conv_kernel_size=first.shape[-1])
+            layer.update_recurrent_state(second[None].clone())
+            layer.cumulative_length_linear.fill_(cached)
+        return cache
+
     def _outcome(self, row: _Row, cache: DynamicCache, mask_row: torch.Tensor, j: int) -> Outcome:
         prefix = None
         if row.seq.keep_prefix:
@@ -327,7 +369,12 @@ class ModelRunner:
             prefix = KVPrefix(
                 tokens=tokens,
                 images=row.seq.spans,
-                kv=tuple((layer.keys[j][:, real], layer.values[j][:, real]) for layer in cache.layers),
+                kv=tuple(
+                    (layer.conv_states[0][j].clone(), layer.recurrent_states[0][j].clone())
+                    if _is_recurrent(layer)
+                    else (layer.keys[j][:, real], layer.values[j][:, real])
+                    for layer in cache.layers
+                ),
             )
         return Outcome(
             token_ids=np.asarray(row.token_ids, dtype=np.int32),
@@ -338,6 +385,11 @@ class ModelRunner:
             prefix=prefix,
             extras=sampled_extras(row.seq.sampling, row.nucleus),
         )
+
+
+def _is_recurrent(layer: object) -> bool:
+    """Whether a cache layer holds a linear-attention layer's conv window and recurrent state."""
+    return hasattr(layer, "recurrent_states")
 
 
 def _deepstack(features: list[torch.Tensor], hidden: int) -> list[torch.Tensor]:
