@@ -205,6 +205,19 @@ def test_checkpoint_weights_keep_checkpoint_names_and_cast(tiny_path):
     assert checkpoint_weights(state, None)["lm_head.weight"].dtype == state["lm_head.weight"].dtype
 
 
+def test_checkpoint_weights_give_qwen3_vl_moe_s_fused_experts_in_the_checkpoint_layout():
+    """vLLM reads the fused experts as released checkpoints store them, ``(experts, in, out)``."""
+    from vlrl.models import family
+
+    layer = "model.language_model.layers.0.mlp."
+    state = {layer + "experts.gate_up_proj": torch.randn(4, 96, 64), layer + "experts.down_proj": torch.randn(4, 64, 48),
+             layer + "gate.weight": torch.randn(4, 64)}  # fmt: skip
+    weights = checkpoint_weights(state, None, family("qwen3_vl_moe"))
+    for name, value in state.items():
+        want = value if name.endswith("gate.weight") else value.transpose(1, 2)
+        assert torch.equal(weights[name], want) and weights[name].is_contiguous(), name
+
+
 def test_checkpoint_weights_refuse_plugin_encoders_and_foreign_names():
     ok = torch.zeros(2)
     with pytest.raises(ValueError, match="plug-in vision encoder, e.g. 'encoder.proj.weight'.*use EmbeddedEngine"):
