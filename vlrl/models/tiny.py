@@ -230,19 +230,23 @@ def build_tiny(
     model.generation_config.eos_token_id = text["eos_token_id"]
     model.generation_config.pad_token_id = text["pad_token_id"]
     model.save_pretrained(path)
-    _in_checkpoint_layout(family, path / "model.safetensors")
+    _in_checkpoint_layout(family, path / "model.safetensors", model.state_dict())
     processor.save_pretrained(path)
     return path
 
 
-def _in_checkpoint_layout(family: ModelFamily, file: Path) -> None:
+def _in_checkpoint_layout(family: ModelFamily, file: Path, state: dict[str, torch.Tensor]) -> None:
     """Rewrite ``file``'s weights as the family's released checkpoints store them
-    (``ModelFamily.checkpoint_tensor``): ``save_pretrained`` writes the in-memory layout, which
-    transformers reads back but vLLM does not."""
+    (``ModelFamily.checkpoint_tensor`` of the model's ``state``): ``save_pretrained`` of some
+    transformers versions writes the in-memory layout, which transformers reads back but vLLM
+    does not."""
     with safe_open(str(file), "pt") as handle:
         metadata = handle.metadata()
         weights = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (not a dict)
-    stored = {name: family.checkpoint_tensor(name, value).contiguous() for name, value in weights.items()}
+    stored = {
+        name: family.checkpoint_tensor(name, state[name]).contiguous() if name in state else value
+        for name, value in weights.items()
+    }
     if any(stored[name].shape != value.shape for name, value in weights.items()):
         save_file(stored, str(file), metadata=metadata)
 
