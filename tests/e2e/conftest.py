@@ -4,9 +4,9 @@ lane the slowest part of CI).
 
 The run is ``examples/train_click.py:small`` with TIS and a KL penalty, in five legs that each leave
 what the next one reads: train (warm start, 2 RL steps, evaluations, checkpoints), resume to 3 steps,
-resume the finished run, branch a new run from the warm-start checkpoint with ``start_from``, and
-``vlrl eval`` of the finished folder. What a later leg overwrites (metrics, episode sheets, the
-checkpoint folder) is recorded right after the leg that wrote it.
+resume the finished run, branch a new LoRA run from the (full-weight) warm-start checkpoint with
+``start_from``, and ``vlrl eval`` of the finished folder. What a later leg overwrites (metrics,
+episode sheets, the checkpoint folder) is recorded right after the leg that wrote it.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ class FinishedRun:
     """The warm-start checkpoint's state before the branch started from it."""
     branch_dir: Path
     branched: Leg
-    """A new run, ``start_from`` the warm-start checkpoint, 1 RL step with step credit."""
+    """A new run, ``start_from`` the warm-start checkpoint, 1 RL step with step credit on LoRA
+    adapters (``lora.rank=8``): the engines, built from the tiny model, must serve the warm start."""
     warm_start_state_after_branch: dict
     evaluated: dict
     """``vlrl eval`` of the finished folder: 3 episodes, chance measured, 1 screenshot."""
@@ -98,7 +99,7 @@ def finished_run(ray_session, tmp_path_factory) -> FinishedRun:
     again = _leg(run_dir, "steps=3", "resume=true", *CORRECTIONS)
 
     warm_start_state = read_checkpoint_state(warm_start)
-    branched = _leg(branch_dir, "steps=1", f"start_from={warm_start}", "advantage.step_credit=StepCredit")
+    branched = _leg(branch_dir, "steps=1", f"start_from={warm_start}", "advantage.step_credit=StepCredit", "lora.rank=8")
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -7,7 +7,7 @@ probes, a warm-up and timed steps of the same batch) twice, with full fine-tunin
 ``lora.rank`` adapters on every linear layer of the LLM (the default patterns), and reports:
 
 - ``push_bytes``: what one weight push carries after the first (every weight, or the adapters);
-  ``first_push_bytes``: a LoRA trainer's first push also carries the adapted modules' bases;
+  ``first_push_bytes``: a LoRA trainer's first push also carries its whole base model;
 - ``trainable_params`` and ``optimizer_state_mb`` (AdamW's two moments per trained weight);
 - ``peak_mem_mb`` (peak RSS during the steps), ``added_mem_mb`` (its growth from before the
   trainer was built: weights, gradients, optimizer state, activations),
