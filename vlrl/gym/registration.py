@@ -20,8 +20,10 @@ from __future__ import annotations
 import gymnasium as gym
 
 from vlrl.harness import HarnessError, registered
+from vlrl.harness.checker import factory_rules
 from vlrl.harness.registry import REGISTRY
 from vlrl.harness.settings import declared_int_default
+from vlrl.registry import ContractError
 
 ENTRY_POINT = "vlrl.gym.env:HarnessEnv"
 
@@ -34,7 +36,9 @@ def register_envs() -> list[str]:
 def _register_harness(harness_id: str) -> list[str]:
     try:
         factory = REGISTRY.load(REGISTRY.spec(harness_id))  # imported to list its families; make() checks it
-    except HarnessError:
+        for _ in factory_rules(factory):  # the cheap rules (``tasks`` a tuple of names), not yet run on a path
+            pass
+    except (HarnessError, ContractError):
         return _register(f"vlrl/{harness_id}-v0", {"harness": harness_id}, None)
     limit = declared_int_default(factory, "max_steps")
     added = _register(f"vlrl/{harness_id}-v0", {"harness": harness_id}, limit)

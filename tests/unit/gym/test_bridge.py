@@ -25,6 +25,10 @@ def test_every_desktop_family_has_an_id():
     assert register_envs() == []  # every id is in already: registering again adds none
 
 
+class BadTasks(DesktopHarness):
+    tasks = "abc"  # a string, not a tuple of names: the 'task names' rule refuses it
+
+
 class ShortEpisodes(DesktopHarness):
     """Declares its own step limit as a keyword default."""
 
@@ -42,6 +46,8 @@ def test_specs_carry_the_harness_step_limit_and_a_later_harness_gets_its_ids_at_
     ends = [env.step(encode(Action.wait()))[3] for _ in range(4)]
     assert ends == [False, False, False, True]  # truncated at the harness's own limit, and the wrapper's
     env.close()
+    register("gym-late-bad-tasks", "tests.unit.gym.test_bridge:BadTasks")  # refused on first use, as before
+    assert "vlrl/gym-late-bad-tasks-v0" in gym.registry and "vlrl/gym-late-bad-tasks-a-v0" not in gym.registry
 
 
 @pytest.mark.parametrize("env_id", DESKTOP_IDS)
