@@ -54,6 +54,7 @@ from vlrl.job.rl_step import rl_step
 from vlrl.job.run_folder import SUMMARY_FILE, BrokenCheckpoint, read_checkpoint_state
 from vlrl.job.session import JobSession, RunState
 from vlrl.job.tracking import Tracking
+from vlrl.models import family, family_of
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.pool.tenant import TenantOutcome, lost_writers
 from vlrl.records import SAMPLING_TEMPERATURE, SeqMeta
@@ -165,7 +166,7 @@ class TrainJob:
                     got=repr(engine_encoder),
                 )
             try:
-                check_layout(self.layout)
+                check_layout(self.layout, family(self.tiny.family) if self.model_path == TINY else family_of(self.model_path))
             except ConfigError as error:
                 raise error.under("layout") from None
             if self.lora.enabled:
@@ -199,6 +200,12 @@ class TrainJob:
                     raise ConfigError("warm_start", "WarmStart(...)", f"None: sources[{i}] is an external agent (no oracle to demonstrate)")
                 if self.eval.chance:
                     raise ConfigError("eval.chance", True, f"False: sources[{i}] is an external agent (chance is the program's to measure)")
+                limit = self.pool.loop_host.tenant_timeout_s  # past it the host, not the program's limit, would stop the run
+                if source.external.time_limit_s >= limit:
+                    raise ConfigError(
+                        f"sources[{i}].external.time_limit_s", source.external.time_limit_s,
+                        f"less than pool.loop_host.tenant_timeout_s ({limit:g})",
+                    )  # fmt: skip
             if self.warm_start is not None:
                 for i, source in enumerate(self.sources):
                     if source.agent.action_format not in FORMATS:

@@ -14,7 +14,8 @@ processor and config. What differs is here:
   columns (``VisionEncoder.feature_levels``);
 * the action format its released checkpoints were trained to write;
 * its tiny offline build (``tiny_config``), which the tests and the CPU demos train;
-* a weight whose in-memory layout differs from its checkpoint file's (``checkpoint_tensor``).
+* a weight whose in-memory layout differs from its checkpoint file's (``checkpoint_tensor``);
+* the trainer layouts it cannot train under yet (``check_layout``).
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ class ModelFamily(ABC):
         ``vision`` the vision tower's ``depth``, ``hidden_size`` and ``num_heads``, ``tokens`` the
         placeholder ids, and the processor wraps ``tokenizer`` with the family's image processor
         bounded by ``min_pixels``/``max_pixels``."""
+
+    def check_layout(self, layout: Any) -> None:
+        """``ConfigError`` naming the field of the trainer's ``layout`` (``pack.Layout``) that the
+        trainer cannot run this family's LLM under; every layout is fine unless a family says so."""
 
     def checkpoint_tensor(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         """The weight ``name`` of the loaded model's state dict as a checkpoint file stores it (what

@@ -15,6 +15,7 @@ from typing import Any
 
 from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
+from vlrl.config import ConfigError
 from vlrl.models.qwen3_vl import Qwen3VL
 
 HEAD_DIM = 32
@@ -53,3 +54,11 @@ class Qwen35(Qwen3VL):
             linear_value_head_dim=head_dim,
             linear_conv_kernel_dim=4,
         )
+
+    def check_layout(self, layout: Any) -> None:
+        # a DeltaNet layer's state would have to pass between CP ranks, and TP would split its heads
+        for name in ("cp", "tp"):
+            if getattr(layout, name) > 1:
+                raise ConfigError(
+                    name, getattr(layout, name), f"1 for the {self.name} family: its linear-attention layers train under DP only (CP and TP not yet)"
+                )

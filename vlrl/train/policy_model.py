@@ -43,6 +43,7 @@ from transformers import AutoProcessor, PreTrainedModel
 from encoders.protocol import VisionEncoder
 from encoders.spec import STATE_PREFIX
 from vlrl.models import family_of
+from vlrl.train.linear_attention import reset_at_segment_borders
 from vlrl.train.moe import RoutedExperts, balance_loss, route_through_trainer
 from vlrl.train.packed_attention import ATTENTION_NAME, PackedMask
 from vlrl.train.parallel import Parallel
@@ -70,6 +71,7 @@ class PolicyModel(nn.Module):
         self.lm = model.model.language_model
         self.lm.config._attn_implementation = ATTENTION_NAME
         self.routed = route_through_trainer(self.lm)  # the sparse MLPs (Qwen3-VL-MoE); none for a dense LLM
+        reset_at_segment_borders(self.lm)  # the linear-attention layers (Qwen3.5); none in the other families
         self.image_token_id = int(model.config.image_token_id)
         self.merge_size = int(model.config.vision_config.spatial_merge_size)
         self._parallel: Parallel | None = None

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 from encoders.spec import ResolvedEncoder
 from vlrl.config import ConfigError, Ge, Gt, validate
 from vlrl.config.moved import moved_attribute
+from vlrl.models import ModelFamily, family_of
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.records import SeqMeta
 from vlrl.train.lora import LoRA
@@ -107,14 +108,17 @@ class TrainerWorker:
         dist.destroy_process_group()
 
 
-def check_layout(layout: Layout) -> None:
-    """What the trainer needs of a layout beyond its sizes; ConfigError naming the field."""
+def check_layout(layout: Layout, family: ModelFamily | None = None) -> None:
+    """What the trainer needs of a layout beyond its sizes (and what ``family``'s LLM trains
+    under); ConfigError naming the field."""
     if layout.tp > 1 and not layout.sequence_parallel:
         raise ConfigError(
             "sequence_parallel",
             layout.sequence_parallel,
             f"True, since tp = {layout.tp} > 1: the trainer runs tensor parallelism only with sequence parallelism",
         )
+    if family is not None:
+        family.check_layout(layout)
 
 
 class TrainerGroup:
@@ -173,7 +177,7 @@ class TrainerGroup:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        check_layout(layout)
+        check_layout(layout, family_of(model_path))
         self.config = config
         self.layout = layout
         encoder = config.resolved_encoder(model_path)  # here: the ranks cannot see a recipe's registration

@@ -4,13 +4,19 @@ family and running on an image prompt."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 from transformers import AutoProcessor, Qwen3_5ForConditionalGeneration
 
 from tests.helpers.chat import screen, user_turn
+from vlrl.config import ConfigError, load_recipe
 from vlrl.mm import PatchRule, patch_rule_of
 from vlrl.models import build_tiny, family, family_of
 from vlrl.models.tiny import TinyModel
+
+TRAIN_CLICK = Path(__file__).resolve().parents[3] / "examples" / "train_click.py"
 
 
 def test_the_tiny_build_is_a_hybrid_qwen3_5_that_runs_on_an_image(tmp_path):
@@ -40,3 +46,10 @@ def test_the_tiny_build_is_a_hybrid_qwen3_5_that_runs_on_an_image(tmp_path):
 def test_the_default_tiny_build_has_one_layer_of_each_kind(tmp_path):
     text = family("qwen3_5").load(build_tiny("qwen3_5", tmp_path / "tiny")).config.text_config
     assert text.layer_types == ["linear_attention", "full_attention"]
+
+
+@pytest.mark.parametrize("field", ["cp", "tp"])
+def test_a_job_refuses_context_and_tensor_parallelism_for_the_family(field):
+    with pytest.raises(ConfigError, match=rf"'layout\.{field}': got 2.*1 for the qwen3_5 family.*DP only"):
+        load_recipe(f"{TRAIN_CLICK}:small", ["tiny.family=qwen3_5", f"layout.{field}=2"])
+    assert load_recipe(f"{TRAIN_CLICK}:small", ["tiny.family=qwen3_5", "layout.dp=2"]).layout.dp == 2
