@@ -200,6 +200,12 @@ class TrainJob:
                     raise ConfigError("warm_start", "WarmStart(...)", f"None: sources[{i}] is an external agent (no oracle to demonstrate)")
                 if self.eval.chance:
                     raise ConfigError("eval.chance", True, f"False: sources[{i}] is an external agent (chance is the program's to measure)")
+                limit = self.pool.loop_host.tenant_timeout_s  # past it the host, not the program's limit, would stop the run
+                if source.external.time_limit_s >= limit:
+                    raise ConfigError(
+                        f"sources[{i}].external.time_limit_s", source.external.time_limit_s,
+                        f"less than pool.loop_host.tenant_timeout_s ({limit:g})",
+                    )  # fmt: skip
             if self.warm_start is not None:
                 for i, source in enumerate(self.sources):
                     if source.agent.action_format not in FORMATS:

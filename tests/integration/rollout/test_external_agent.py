@@ -171,12 +171,13 @@ def test_a_history_rewrite_starts_a_second_sequence_and_the_count_says_so(tiny_p
 )
 def test_a_failed_run_says_why_and_leaves_no_key(tiny_path, agent_file, mode, reason):
     started = time.perf_counter()
-    error, store, seen = play(tiny_path, agent_file, mode, turns=2, time_limit_s=3)
+    # only the hang runs into its limit; the others get enough to start Python on a loaded machine
+    error, store, seen = play(tiny_path, agent_file, mode, turns=2, time_limit_s=3 if mode == "hang" else 120)
     assert isinstance(error, AgentFailed)
     assert __import__("re").search(reason, str(error)), str(error)
     assert store.stats().keys == 0
     assert len(seen) == (2 if mode == "garbage" else 0)
-    assert time.perf_counter() - started < 30  # the hang was cut at its limit, not at the child's 600 s
+    assert time.perf_counter() - started < 120  # the hang was cut at its limit, not at the child's 600 s
 
 
 def delete_all(store, metas):

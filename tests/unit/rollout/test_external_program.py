@@ -69,8 +69,12 @@ def test_a_bad_program_is_refused_naming_the_field(agent, message):
 
 @pytest.mark.parametrize(
     ("override", "field"),
-    [("eval.chance=true", "eval.chance"), ("warm_start=WarmStart", "warm_start")],
+    [
+        ("eval.chance=true", "eval.chance"),
+        ("warm_start=WarmStart", "warm_start"),
+        ("sources[0].external.time_limit_s=600", r"sources\[0\].external.time_limit_s"),
+    ],
 )
 def test_a_run_refuses_what_vlrl_cannot_do_for_a_program(override, field):
-    with pytest.raises(ConfigError, match=f"'{field}'.*external agent"):
+    with pytest.raises(ConfigError, match=f"'{field}'.*(external agent|tenant_timeout_s)"):
         load_recipe("examples/train_own_agent.py", [override])

@@ -18,7 +18,8 @@ every sequence holds exactly what the policy saw, and only sampled tokens carry 
 Sampling is the source's, not the request's: temperature and top-p come from
 ``AgentBehaviour`` (the trainer scores tokens under the distribution that sampled them), a
 request's ``max_tokens`` is capped at ``agent.max_tokens``, each request is seeded as the Agent
-Loop seeds its turns, and ``agent.max_turns`` bounds the requests of a run. Requests of one
+Loop seeds its turns, and ``agent.max_turns`` bounds the requests of a run (more get a 400, which
+the ``openai`` client does not retry). Requests of one
 trajectory are answered one at a time, in arrival order.
 """
 
@@ -52,10 +53,6 @@ class TraceCounts:
     """Chat requests answered by the policy (each a turn of the trajectory)."""
     refused: int = 0
     """Requests answered with an error (malformed, over a limit, past ``max_turns``)."""
-    spliced: int = 0
-    """Answered requests that continued the previous one (the sampled ids kept as they were)."""
-    rewritten: int = 0
-    """Answered requests after the first that rewrote the history: each started a new sequence."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +115,7 @@ class ChatTracer:
     async def _answer(self, raw: bytes) -> dict[str, Any]:
         agent = self._agent
         if self.counts.requests >= agent.max_turns:
-            raise ApiError(
-                f"this episode already made {agent.max_turns} requests, the source's agent.max_turns", status=429
-            )
+            raise ApiError(f"this episode already made {agent.max_turns} requests, the source's agent.max_turns; end it")
         chat = await asyncio.to_thread(_parse, raw, agent.max_tokens)
         parts, missing = await self._images.resolve(chat.images, unknown_as_hash=False)
         if missing:
@@ -129,9 +124,8 @@ class ChatTracer:
             if part.pixels is not None:
                 self._pixels.setdefault(part.content_hash, part.pixels)
         images = [ContextImage(part.content_hash, self._pixels[part.content_hash]) for part in parts]
-        context, text, spliced = await asyncio.to_thread(self._context, chat.messages, images)
-        before = len(self.trajectory.sequences)
-        self.trajectory.set_context(context, images)
+        context, text = await asyncio.to_thread(self._context, chat.messages, images)
+        self.trajectory.set_context(context, images)  # a new sequence unless the context extends the current one
         turn = self.counts.requests
         stops = await asyncio.to_thread(self._template.stop_token_ids, chat.stop, param="stop")
         sampling = SamplingParams(
@@ -151,8 +145,6 @@ class ChatTracer:
         )
         self.trajectory.add_generated(result)
         self.counts.requests += 1
-        self.counts.spliced += spliced
-        self.counts.rewritten += before > 0 and len(self.trajectory.sequences) > before
         stopped = result.finish_reason == "stop"
         ids = [int(t) for t in result.token_ids]
         reply = self._template.text(ids[:-1] if stopped else ids)
@@ -163,9 +155,9 @@ class ChatTracer:
         )
         return _completion(chat, turn, self.trajectory.trajectory_id, reply, result, self._template, sequence.context_lengths[-1])
 
-    def _context(self, messages: tuple[ChatMessage, ...], images: list[ContextImage]) -> tuple[Segment, str, bool]:
-        """The prompt of ``messages``, the rendering it stands for, and whether it was spliced: the
-        current sequence's ids and the new messages' rendering when they continue the last turn,
+    def _context(self, messages: tuple[ChatMessage, ...], images: list[ContextImage]) -> tuple[Segment, str]:
+        """The prompt of ``messages`` and the rendering it stands for: the current sequence's ids
+        and the new messages' rendering after them when they continue the last turn (spliced),
         else their whole rendering (blocking: tokenizes)."""
         text = self._template.render(messages)
         last = self._last
@@ -175,9 +167,9 @@ class ChatTracer:
             tail = self._template.ids(text[len(last.text) :], [(i.width, i.height) for i in images[last.images :]])
             ids = sequence.token_ids + tail.tolist()
             offsets = sequence.image_offsets + [len(sequence.token_ids) + o for o in _pad_runs(tail, self._template.image_pad)]
-            return Segment(ids, offsets), text, True
+            return Segment(ids, offsets), text
         ids = self._template.ids(text, [(i.width, i.height) for i in images])
-        return Segment(ids.tolist(), _pad_runs(ids, self._template.image_pad)), text, False
+        return Segment(ids.tolist(), _pad_runs(ids, self._template.image_pad)), text
 
 
 def _parse(raw: bytes, default_max_tokens: int) -> ChatRequest:
