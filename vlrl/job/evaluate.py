@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import numpy as np
 
-from vlrl.config import DataSource, Ge
+from vlrl.config import ConfigError, DataSource, Ge
 from vlrl.harness import Action
 from vlrl.job.progress import Progress
 from vlrl.mm import PatchRule, delete_sequences
@@ -58,6 +58,10 @@ class Evaluation:
     constant_grid: tuple[int, int] = (8, 6)
     """Columns and rows of the grid of screen points the best constant point is chosen from (every
     point is played on every held-out seed: ``cols * rows`` scripted episodes a seed)."""
+
+    def check(self) -> None:
+        if len(self.constant_grid) != 2 or min(self.constant_grid) < 1:
+            raise ConfigError("constant_grid", self.constant_grid, "two whole numbers of at least 1: (columns, rows)")
 
 
 @dataclass(frozen=True, slots=True)

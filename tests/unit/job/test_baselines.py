@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import pytest
 
+from vlrl.config import ConfigError, load_recipe
 from vlrl.job.baselines import Outcomes, SweepResult, grid_points, overall, summarise
 
 POINTS = grid_points(160, 120, (2, 2))
 
 
-def test_grid_points_are_cell_centres_row_by_row():
+def test_grid_points_are_cell_centres_row_by_row_and_an_empty_grid_is_refused():
     assert POINTS == ((40, 30), (120, 30), (40, 90), (120, 90))
+    with pytest.raises(ConfigError, match=r"'eval.constant_grid': got \(0, 3\) \(tuple\); expected two whole numbers of at least 1"):
+        load_recipe("examples/train_click.py:small", ["eval.constant_grid=[0,3]"])
 
 
 def test_the_best_constant_point_per_source_and_per_family_beside_chance_and_oracle():
