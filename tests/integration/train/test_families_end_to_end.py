@@ -22,7 +22,7 @@ from vlrl.rollout.protocol import GenerateRequest, ImagePart
 from vlrl.store.ray_store import RayStore
 
 
-@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"])
+@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"])
 def stored(request, ray_session, tmp_path_factory):
     path = build_tiny(request.param, tmp_path_factory.mktemp(request.param))
     work = make_workload(path)
