@@ -132,8 +132,8 @@ class Trainer:
         self.model_path = model_path
         self.store = store
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-        self.parallel = Parallel.init(layout, self.device.type)
         family_of(model_path).check_layout(layout)
+        self.parallel = Parallel.init(layout, self.device.type)
         if config.lora.enabled:
             check_lora_fits(config.lora, layout, config.encoder)
         if encoder is None and config.encoder is not None:
