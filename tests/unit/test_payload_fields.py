@@ -23,6 +23,8 @@ OTHER_MEANINGS = {
     ("vlrl/rollout/engine/vllm_inputs.py", "logprobs"): "vLLM's SamplingParams keyword",
     ("vlrl/rollout/http_endpoint.py", "logprobs"): "the OpenAI chat-completions wire key",
     ("vlrl/rollout/http_endpoint.py", "token_ids"): "the OpenAI chat-completions wire key",
+    ("vlrl/rollout/external/tracer.py", "logprobs"): "the OpenAI chat-completions wire key",
+    ("vlrl/rollout/external/tracer.py", "token_ids"): "the OpenAI chat-completions wire key",
     ("vlrl/rollout/server/app.py", "logprobs"): "the OpenAI chat-completions wire key",
     ("vlrl/rollout/server/app.py", "token_ids"): "the OpenAI chat-completions wire key",
     ("vlrl/rollout/server/wire.py", "logprobs"): "the OpenAI chat-completions wire key",
