@@ -38,11 +38,13 @@ class Qwen3VLMoe(Qwen3VL):
         return self.model_class.from_pretrained(str(path), dtype=dtype, **settings)
 
     def tiny_text(self, text: dict[str, Any]) -> dict[str, Any]:
-        # Four experts of 3/4 the width, two per token; an expert's width differs from the
-        # model's and from half of it, so a layout mix-up fails on shapes, never silently.
+        # Four experts, two per token, 3/2 the model's width: a width other than the model's and
+        # half of it, so a layout mix-up fails on shapes, never silently, and a multiple of 32 at
+        # the widths vLLM's CPU attention serves (hidden 64 and up), since vLLM's CPU experts pad
+        # theirs to 32 and its in-place weight reload then fails on the padded copy.
         # norm_topk_prob: the chosen experts' weights renormalised (transformers always does; vLLM reads it)
         return dict(
-            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=3 * text["hidden_size"] // 4, decoder_sparse_step=1,
+            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=3 * text["hidden_size"] // 2, decoder_sparse_step=1,
             norm_topk_prob=True,
         )  # fmt: skip
 
