@@ -124,10 +124,11 @@ class ChatTracer:
             if part.pixels is not None:
                 self._pixels.setdefault(part.content_hash, part.pixels)
         images = [ContextImage(part.content_hash, self._pixels[part.content_hash]) for part in parts]
+        stops = await asyncio.to_thread(self._template.stop_token_ids, chat.stop, param="stop")
         context, text = await asyncio.to_thread(self._context, chat.messages, images)
+        # Nothing may refuse the request from here on: the trajectory now holds its prompt.
         self.trajectory.set_context(context, images)  # a new sequence unless the context extends the current one
         turn = self.counts.requests
-        stops = await asyncio.to_thread(self._template.stop_token_ids, chat.stop, param="stop")
         sampling = SamplingParams(
             temperature=agent.temperature,
             top_p=agent.top_p,
