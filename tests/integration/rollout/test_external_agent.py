@@ -59,7 +59,7 @@ AGENT = textwrap.dedent(
         answer = client.chat.completions.create(model="policy", messages=messages, max_tokens=6, logprobs=True)
         reply = answer.choices[0].message.content
         replies.append([reply, [t.logprob for t in answer.choices[0].logprobs.content]])
-        messages.append({"role": "assistant", "content": reply})
+        messages.append({"role": "assistant", "content": reply, "log_probs": None})  # bookkeeping, as AgentLab keeps
     print(json.dumps(replies))
     print("banana" if mode == "garbage" else json.dumps({"reward": 0.5, "success": True}))
     '''

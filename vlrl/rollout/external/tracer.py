@@ -173,8 +173,19 @@ class ChatTracer:
         return Segment(ids.tolist(), _pad_runs(ids, self._template.image_pad)), text
 
 
+_MESSAGE_FIELDS = ("role", "content", "name")
+
+
 def _parse(raw: bytes, default_max_tokens: int) -> ChatRequest:
-    chat = parse_chat_request(load_json(raw), default_max_tokens=default_max_tokens)
+    """The request as ``vlrl serve`` reads it, but for keys of a message other than role, content
+    and name: agents keep their own bookkeeping there (AgentLab sends each reply back with its
+    ``log_probs``), and they change nothing of what the policy sees, so they are dropped."""
+    body = load_json(raw)
+    if isinstance(body, dict) and isinstance(body.get("messages"), list):
+        body["messages"] = [
+            {k: v for k, v in m.items() if k in _MESSAGE_FIELDS} if isinstance(m, dict) else m for m in body["messages"]
+        ]
+    chat = parse_chat_request(body, default_max_tokens=default_max_tokens)
     if chat.prompt_token_ids is not None:
         raise ApiError("prompt_token_ids: this endpoint renders the messages itself; send messages", param="prompt_token_ids")
     return chat
