@@ -101,8 +101,13 @@ def policy_logprobs(tiny_path, processor, prompt, shot, generated, update=None) 
     model = Qwen2VLForConditionalGeneration.from_pretrained(tiny_path).eval()
     if update is not None:
         model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in update.items()}, strict=False)
+    return forward_log_softmax(model, processor, prompt, generated, [shot])
+
+
+def forward_log_softmax(model, processor, prompt, generated, shots) -> torch.Tensor:
+    """log_softmax of ``model``'s forward of prompt + generated at the generated positions: (len(generated), V)."""
     ids = torch.from_numpy(np.concatenate([prompt, generated]).astype(np.int64))[None]
-    images = processor.image_processor(images=[shot], return_tensors="pt")
+    images = processor.image_processor(images=shots, return_tensors="pt")
     with torch.inference_mode():
         logits = model(
             input_ids=ids,

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoProcessor
 
-from tests.helpers.chat import part, request, run_core, screen, user_turn
+from tests.helpers.chat import forward_log_softmax, part, request, run_core, screen, user_turn
 from vlrl.models import build_tiny, family
 from vlrl.rollout.protocol import SamplingParams
 
@@ -26,16 +26,7 @@ def hybrid(tmp_path_factory):
 
 def forward_logprobs(model, processor, prompt, generated, shots) -> np.ndarray:
     """log p of each ``generated`` token under one transformers forward of prompt + generated."""
-    ids = torch.from_numpy(np.concatenate([prompt, generated]).astype(np.int64))[None]
-    images = processor.image_processor(images=shots, return_tensors="pt")
-    with torch.inference_mode():
-        logits = model(
-            input_ids=ids,
-            pixel_values=images["pixel_values"],
-            image_grid_thw=images["image_grid_thw"],
-            mm_token_type_ids=(ids == model.config.image_token_id).int(),
-        ).logits[0]
-    picked = torch.log_softmax(logits[len(prompt) - 1 : -1].float(), dim=-1)
+    picked = forward_log_softmax(model, processor, prompt, generated, shots)
     return picked.gather(1, torch.as_tensor(generated, dtype=torch.long)[:, None])[:, 0].numpy()
 
 
