@@ -1,7 +1,8 @@
 """``vlrl bench async``: synchronous and asynchronous RL side by side, on the main job's loop.
 
-Every run starts from one warm start (the main job's, run once here) and trains the same steps
-on the same task seeds; only the driver differs:
+Every run starts from one warm start (the main job's, run once here; ``smoke`` starts from the
+recipe's untrained model) and trains the same steps on the same task seeds; only the driver
+differs:
 
 - ``sync``: ``prefetch_batches=0``, ``max_staleness=0``. A batch's rollouts all finish, then the
   step trains, then the weights go to the engine; no rollout runs meanwhile, so a step costs its
@@ -44,7 +45,7 @@ from vlrl.harness import register
 
 SIZES = {
     "smoke": {
-        "steps": 3, "warm_steps": 5, "warm_episodes": 16, "eval_episodes": 4, "configs": ("long",),
+        "steps": 3, "warm_steps": 0, "warm_episodes": 0, "eval_episodes": 4, "configs": ("long",),
         "turns": 4, "group_size": 4, "groups_per_batch": 2, "hold_first_push": True,
     },
     "small": {
@@ -58,7 +59,8 @@ SIZES = {
 }  # fmt: skip
 """``hold_first_push``: the asynchronous run's first weight push waits until its next batch is
 rolled out (``TrainJob(hold_first_push=True)``), so that batch is trained one version stale
-whatever the machine's speed: the smoke run checks the staleness books, it measures nothing."""
+whatever the machine's speed: the smoke run checks the staleness books, it measures nothing.
+``warm_steps`` 0: no warm start, every run starts from the recipe's own model."""
 LATENCY_MEDIAN_S = 1.0
 LATENCY_SIGMA = 0.8
 MAIN_RECIPE = Path(__file__).resolve().parents[2] / "examples" / "train_click.py"
@@ -100,7 +102,7 @@ def run(size: str = "small") -> dict[str, Any]:
     shape = SIZES[size]
     with tempfile.TemporaryDirectory(prefix="vlrl-bench-async-") as folder:
         root = Path(folder)
-        policy = _warm_start(root, shape)
+        policy = _warm_start(root, shape) if shape["warm_steps"] else None
         configs: dict[str, Any] = {}
         for name in shape["configs"]:
             runs = {mode: _train(root / f"{name}-{mode}", name, mode, policy, shape) for mode in MODES}
@@ -137,11 +139,11 @@ def _warm_start(root: Path, shape: dict[str, Any]) -> str:
     return str(root / "warm" / "checkpoints" / "warm-start" / "hf")
 
 
-def _train(run_dir: Path, name: str, mode: str, policy: str, shape: dict[str, Any]) -> dict[str, Any]:
+def _train(run_dir: Path, name: str, mode: str, policy: str | None, shape: dict[str, Any]) -> dict[str, Any]:
     from vlrl.pool import HostBudget, HostConfig
 
     config = _recipe(run_dir, shape)
-    config.model_path, config.warm_start, config.steps = policy, None, shape["steps"]
+    config.model_path, config.warm_start, config.steps = policy or config.model_path, None, shape["steps"]
     config.driver = replace(config.driver, **MODES[mode])
     if name == "long":
         source = config.sources[0]

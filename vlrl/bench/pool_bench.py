@@ -4,8 +4,8 @@ blocking on the event loop.
 Workload: N concurrent episodes of a harness whose every step does blocking I/O (a sleep of a
 lognormal latency, median 30 ms, as a browser or a remote desktop would; ``smoke``: 100 ms) and
 CPU work (PNG-encoding its screenshot, a GUI window whose one panel changes per step); each
-episode takes 15 to 50 steps, drawn from its seed (``--size small``: 15 to 30; ``smoke``: 5 to
-10, two repetitions). Every scheme plays the same episodes with the same policy, random clicks
+episode takes 15 to 50 steps, drawn from its seed (``--size small``: 15 to 30; ``smoke``: 12
+episodes of 4 to 8, one repetition). Every scheme plays the same episodes with the same policy, random clicks
 (one env call per step, as an RL Agent Loop makes; ``steps_played`` counts them). Runs:
 
 - (a) the pool with K hosts at N, and again at 8 x N;
@@ -43,7 +43,7 @@ from vlrl.mm import encode_image
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode
 
 SIZES = {
-    "smoke": {"n": 24, "steps": (5, 10), "io_median_s": 0.1, "runs": 2, "sweep": (24, 32)},
+    "smoke": {"n": 12, "steps": (4, 8), "io_median_s": 0.1, "runs": 1, "sweep": (12, 16)},
     "small": {"n": 24, "steps": (15, 30), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48)},
     "full": {"n": 48, "steps": (15, 50), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48, 96, 192, 384)},
 }

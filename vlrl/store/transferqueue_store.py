@@ -60,8 +60,10 @@ class TransferQueueStore(IndexedStore):
         call_timeout_s: Annotated[float, Gt(0)] = 60.0
         """Longest wait for one index-shard call before ``StoreTimeoutError``."""
 
-        startup_timeout_s: Annotated[float, Gt(0)] = 60.0
-        """Seconds to wait for TransferQueue to start before failing with an error."""
+        startup_timeout_s: Annotated[float, Gt(0)] = 300.0
+        """Seconds to wait for TransferQueue to start before failing with an error. Free Ray CPUs
+        are checked before the start, so this bounds slow actor start-ups (each imports torch): on
+        two busy cores one took over 60 s."""
 
         image_tile_px: Annotated[int, Ge(16)] | None = 64
         """Screenshots are stored as content-addressed tiles of this side, each distinct tile once

@@ -25,10 +25,10 @@ def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_the_baselines_me
     assert result["per_rollout"]["rss_mb"] > 1.5 * result["pool"]["rss_mb"]
     assert result["thread_offload_ratio"] > 1
     sweep = result["sweep"]
-    assert [point["episodes"] for point in sweep] == [24, 32]
+    assert [point["episodes"] for point in sweep] == [12, 16]
     assert all(point["actors"] == point["episodes"] for point in sweep)
     assert sweep[1]["gcs_fds"] > sweep[0]["gcs_fds"]  # one descriptor (or more) per actor
     # The report plots the sweep: each curve has a point per N.
     curves = {curve.name: curve for curve in curves_of("pool", result)}
-    assert curves["sweep_gcs_fds"].series["one actor per rollout"] == [(24, sweep[0]["gcs_fds"]), (32, sweep[1]["gcs_fds"])]
+    assert curves["sweep_gcs_fds"].series["one actor per rollout"] == [(12, sweep[0]["gcs_fds"]), (16, sweep[1]["gcs_fds"])]
     assert {"sweep_throughput", "sweep_rss_mb"} <= curves.keys()

@@ -89,29 +89,76 @@ def test_over_500_concurrent_tenants_on_four_hosts(ray_session):
         pool.shutdown()
 
 
-def test_least_in_flight_placement_stays_balanced_under_skewed_lengths(ray_session):
+class Gate:
+    """A Ray actor holding tenants until the test releases them, and telling which host each is on."""
+
+    def __init__(self) -> None:
+        self.hosts: dict[int, int] = {}
+        self.opened: dict[int, asyncio.Event] = {}
+
+    async def hold(self, tenant: int, pid: int) -> None:
+        self.hosts[tenant] = pid
+        await self.opened.setdefault(tenant, asyncio.Event()).wait()
+
+    def where(self) -> dict[int, int]:
+        return self.hosts
+
+    def release(self, tenants: list[int]) -> None:
+        for tenant in tenants:
+            self.opened.setdefault(tenant, asyncio.Event()).set()
+
+
+@dataclass(frozen=True)
+class Held:
+    """A tenant that waits at ``gate`` until released, then answers with its host's pid."""
+
+    gate: Any
+    number: int
+
+    async def run(self, ctx: TenantContext) -> int:
+        pid = await ctx.to_thread(os.getpid)
+        await self.gate.hold.remote(self.number, pid)
+        return pid
+
+
+async def _until(condition, what: str) -> None:
+    for _ in range(1200):  # bounded, not timed: a slow machine only polls longer
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+def test_least_in_flight_placement_fills_the_hosts_whose_tenants_finished(ray_session):
+    """Two hosts' tenants finish while the other two hosts' run on: every new tenant must go to
+    the two emptied hosts (round-robin or random placement would stack the busy ones)."""
+    ray = ray_session
     pool = _pool(total=5, shares={"loop": 4, "light": 1})
+    gate = ray.remote(Gate).options(max_concurrency=100).remote()
     try:
-        spreads = []
 
         async def main():
-            tasks = []
-            for i in range(120):
-                # Every 7th tenant runs 15x longer: round-robin would pile them up unevenly.
-                tasks.append(asyncio.ensure_future(pool.run(Sleeper(1.5 if i % 7 == 0 else 0.1))))
-                await asyncio.sleep(0.02)
-                counts = pool.loop.in_flight()
-                spreads.append(max(counts) - min(counts))
-            return await asyncio.gather(*tasks)
+            first = [asyncio.ensure_future(pool.run(Held(gate, i))) for i in range(12)]
+            await _until(lambda: pool.loop.in_flight() == [3, 3, 3, 3], "12 tenants spread 3 a host")
+            await _until(lambda: len(ray.get(gate.where.remote())) == 12, "12 tenants at the gate")
+            on_pid = ray.get(gate.where.remote())
+            finishing_pids = sorted(set(on_pid.values()))[:2]
+            ray.get(gate.release.remote([t for t, pid in on_pid.items() if pid in finishing_pids]))
+            finished = [first[t] for t, pid in on_pid.items() if pid in finishing_pids]
+            done = await asyncio.gather(*finished)
+            emptied = {o.host for o in done}
+            assert len(finished) == 6 and len(emptied) == 2
+            assert [n for i, n in enumerate(pool.loop.in_flight()) if i not in emptied] == [3, 3]
 
-        outcomes = asyncio.run(main())
-        assert all(o.status == "ok" for o in outcomes)
-        # Placement keeps hosts within one tenant of each other; completions landing between two
-        # samples (in bursts on a loaded machine) widen single samples, not the typical spread.
-        ordered = sorted(spreads)
-        assert sum(spreads) / len(spreads) <= 2.0 and ordered[int(0.9 * len(ordered))] <= 3, spreads
-        hosts_used = {o.host for o in outcomes}
-        assert hosts_used == {0, 1, 2, 3}
+            second = [asyncio.ensure_future(pool.run(Held(gate, 100 + i))) for i in range(6)]
+            await _until(lambda: sum(pool.loop.in_flight()) == 12, "6 more tenants placed")
+            assert pool.loop.in_flight() == [3, 3, 3, 3]
+            ray.get(gate.release.remote([t for t in on_pid] + [100 + i for i in range(6)]))
+            rest = await asyncio.gather(*first, *second)
+            assert all(o.status == "ok" for o in rest)
+            assert {o.host for o in rest[-6:]} == emptied
+
+        asyncio.run(main())
     finally:
         pool.shutdown()
 

@@ -155,23 +155,26 @@ def _check_layout(layout: Layout, store, metas, rank: int) -> None:
 
     # Forward: every micro-batch's rows equal a single-process encode, in window order.
     reference = make_encoder()
-    loss = torch.zeros((), dtype=torch.float64)
+    reference_loss = torch.zeros((), dtype=torch.float64)
     for i in range(plan.num_micro_batches):
         got = encoded.embeddings(i)
         want = expected_rows(store, metas, plan, layout, rank, i, reference)
         assert got.shape == want.shape, (where, i, got.shape, want.shape)
         torch.testing.assert_close(got, want.detach(), msg=lambda m: f"{where} mb{i}: {m}")
-        (got * loss_weights(got.shape, rank, i, layout)).sum().backward()
+        weights = loss_weights(got.shape, rank, i, layout)
+        (got * weights).sum().backward()
+        reference_loss = reference_loss + (want * weights).sum()
     encoded.backward()
-    for param in encoder.parameters():
-        dist.all_reduce(param.grad)
+    if reference_loss.requires_grad:
+        reference_loss.backward()
 
-    # Backward: summed encoder grads equal those of every rank's loss encoded occurrence by occurrence.
-    for r in range(WORLD):
-        for i in range(plan.num_micro_batches):
-            want = expected_rows(store, metas, plan, layout, r, i, reference)
-            loss = loss + (want * loss_weights(want.shape, r, i, layout)).sum()
-    loss.backward()
+    # Backward: encoder grads summed over ranks equal those of every rank's loss encoded
+    # occurrence by occurrence (each rank's share of that loss summed the same way).
+    for model in (encoder, reference):
+        for param in model.parameters():
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+            dist.all_reduce(param.grad)
     for (name, got), want in zip(encoder.named_parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(got.grad, want.grad, msg=lambda m: f"{where} grad {name}: {m}")
 
