@@ -132,7 +132,8 @@ def ci_size(config: TrainJob.Config, run_dir: str, *, demonstrations: int, group
     """``config`` shrunk to a smoke run of every stage (CI): ``demonstrations`` for a 2-step warm
     start (RL follows whatever it reaches: a smoke run tests the stages, not learning), then 2 RL
     steps of 2 groups of ``group_size``, keeping the groups an untrained policy fails whole, and a
-    2-episode final evaluation."""
+    2-episode final evaluation (its best-constant baseline from a 2 x 2 grid: 4 scripted episodes a
+    seed, not 48)."""
     config.run_dir = run_dir
     config.warm_start = WarmStart(
         episodes=demonstrations, steps=2, sequences_per_step=4, lr=1e-2, point_grid=7, continue_below_baseline=True
@@ -143,6 +144,6 @@ def ci_size(config: TrainJob.Config, run_dir: str, *, demonstrations: int, group
     config.advantage.sampler.include_min = True  # an untrained policy fails everything: keep such groups
     config.advantage.drop_zero_advantage = False
     config.steps = 2
-    config.eval = Evaluation(episodes=2, every=0, screenshots=1)
+    config.eval = Evaluation(episodes=2, every=0, screenshots=1, constant_grid=(2, 2))
     config.checkpoint_every = 0
     return config

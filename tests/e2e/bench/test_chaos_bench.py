@@ -11,7 +11,7 @@ def test_a_fault_in_the_training_loop_is_survived_counted_and_leaves_no_key(ray_
     from vlrl.bench import chaos_bench
 
     chaos_bench._register_chaos_desktop()
-    outcome = chaos_bench._one(fault, steps=3, seed=1)
+    outcome = chaos_bench._one(fault, steps=2, seed=1)
     assert outcome["injected"], outcome  # the fault really happened (an armed stall was run into)
     assert outcome["survived"] and outcome["books_exact"] and outcome["keys_left"] == 0, outcome
     if fault == "grader_hang":  # the hung judge call ended by its timeout, as a counted failure

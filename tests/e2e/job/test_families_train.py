@@ -13,12 +13,14 @@ from vlrl.config import load_recipe
 
 RECIPE = Path(__file__).resolve().parents[3] / "examples" / "train_click.py"
 STEPS = load_recipe(f"{RECIPE}:small", []).steps
+LEAN = ("plots=false", "eval.every=0", "eval.chance=false", "checkpoint_every=0")
+"""What the canonical run already covers: plots, evaluations between steps, baselines, checkpoints."""
 
 
 def _train(capsys, run_dir: Path, *overrides: str) -> dict:
     """``vlrl train RECIPE:small`` with ``overrides``; its JSON summary (the last line of stdout)."""
-    argv = ["train", f"{RECIPE}:small", "--set", f"run_dir={run_dir}", "--set", "plots=false"]
-    for override in overrides:
+    argv = ["train", f"{RECIPE}:small", "--set", f"run_dir={run_dir}"]
+    for override in (*LEAN, *overrides):
         argv += ["--set", override]
     assert main(argv) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])

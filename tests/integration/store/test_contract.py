@@ -36,17 +36,37 @@ from tests.unit.store.test_contract import CHUNK
 from vlrl.store import PayloadStore
 
 
-@pytest.fixture(params=["ray", "transferqueue"])
-def store(request, ray_session) -> PayloadStore:
+KEYS = [f"k{i}" for i in range(4)] + ["k"] + [f"shared-{r}" for r in range(20)]
+"""Every key the contract's tests write."""
+
+
+@pytest.fixture(scope="module")
+def built(ray_session):
+    """One store per backend for the module (each build starts index-shard actors, seconds apiece
+    here); ``store`` hands it out emptied."""
+    stores: dict[str, PayloadStore] = {}
+    yield stores
+    for one in stores.values():
+        one.destroy()
+
+
+def _build(backend: str) -> PayloadStore:
     name = uuid.uuid4().hex[:8]
-    if request.param == "ray":
+    if backend == "ray":
         from vlrl.store.ray_store import RayStore
 
-        built = RayStore.Config(namespace=name, chunk_rows=CHUNK).build()
-    else:
-        from vlrl.store.transferqueue_store import TransferQueueStore
+        return RayStore.Config(namespace=name, chunk_rows=CHUNK).build()
+    from vlrl.store.transferqueue_store import TransferQueueStore
 
-        built = TransferQueueStore.Config(partition=name, chunk_rows=CHUNK).build()
-    yield built
-    built.delete([k for k in (f"k{i}" for i in range(4))], missing_ok=True)
-    built.delete([f"shared-{r}" for r in range(20)], missing_ok=True)
+    return TransferQueueStore.Config(partition=name, chunk_rows=CHUNK).build()
+
+
+@pytest.fixture(params=["ray", "transferqueue"])
+def store(request, built) -> PayloadStore:
+    backend = request.param
+    if backend not in built:
+        built[backend] = _build(backend)
+    yield built[backend]
+    built[backend].delete(KEYS, missing_ok=True)
+    if built[backend].stats().keys:  # a key this list misses: the next test gets a fresh store
+        built.pop(backend).destroy()
