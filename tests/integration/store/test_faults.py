@@ -74,7 +74,7 @@ def restart_shards(store: RayStore, positions: list[int]) -> None:
     successor (``ray.kill`` is asynchronous: the old shard may still answer for a moment)."""
     for position in positions:
         ray.kill(store._shards._shards[position], no_restart=False)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 180  # a restart is a process start: tens of seconds on a loaded machine
     for position in positions:
         shard = store._shards._shards[position]
         while True:
@@ -88,7 +88,7 @@ def restart_shards(store: RayStore, positions: list[int]) -> None:
 
 
 def test_a_restarted_shard_serves_new_writes_and_reports_what_it_lost(ray_session):
-    store = RayStore.Config(shards=2, call_timeout_s=5.0).build()
+    store = RayStore.Config(shards=2).build()  # the default call timeout: a fresh shard may take seconds to answer under load
     keys = [f"seq/{i}" for i in range(8)]
     position = store._shards.position(keys[0])
     lost = [k for k in keys if store._shards.position(k) == position]
