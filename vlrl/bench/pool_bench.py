@@ -5,8 +5,9 @@ Workload: N concurrent episodes of a harness whose every step does blocking I/O 
 lognormal latency, median 30 ms, as a browser or a remote desktop would; ``smoke``: 100 ms) and
 CPU work (PNG-encoding its screenshot, a GUI window whose one panel changes per step); each
 episode takes 15 to 50 steps, drawn from its seed (``--size small``: 15 to 30; ``smoke``: 12
-episodes of 4 to 8, one repetition). Every scheme plays the same episodes with the same policy, random clicks
-(one env call per step, as an RL Agent Loop makes; ``steps_played`` counts them). Runs:
+episodes of 4 to 8, one repetition). Every scheme plays the same episodes with the same policy,
+random clicks (one env call per step, as an RL Agent Loop makes; ``steps_played`` counts them).
+Runs:
 
 - (a) the pool with K hosts at N, and again at 8 x N;
 - (b) one Ray actor per rollout at N, the actors started and ready before the timer (their

@@ -34,7 +34,7 @@ def store(ray_session):
 def _two_shard_ray_store():
     from vlrl.store.ray_store import RayStore
 
-    return RayStore.Config(shards=2).build()  # the default call timeout: a fresh shard may take seconds to answer under load
+    return RayStore.Config(shards=2).build()  # default call timeout: a fresh shard is slow under load
 
 
 def test_the_packs_of_images_a_restarted_shard_lost_go_with_them(ray_session):

@@ -88,7 +88,7 @@ def restart_shards(store: RayStore, positions: list[int]) -> None:
 
 
 def test_a_restarted_shard_serves_new_writes_and_reports_what_it_lost(ray_session):
-    store = RayStore.Config(shards=2).build()  # the default call timeout: a fresh shard may take seconds to answer under load
+    store = RayStore.Config(shards=2).build()  # default call timeout: a fresh shard is slow under load
     keys = [f"seq/{i}" for i in range(8)]
     position = store._shards.position(keys[0])
     lost = [k for k in keys if store._shards.position(k) == position]
