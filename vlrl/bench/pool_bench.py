@@ -21,7 +21,11 @@ Runs:
 (a) at N and 8 x N, (b), (c) and (d) are repeated ``runs`` times in rotated order: episodes/s as
 min / median / max, ratios of medians (the sweep's points are single runs, for their scale).
 Figures: Ray actors and processes created, file descriptors held by the GCS server and by all
-Ray processes (read from /proc, peak while running), peak memory of all Ray processes, episodes/s.
+Ray processes (read from /proc, peak while running), peak memory of all Ray processes, episodes/s,
+and core-ms per step: the CPU every process of the run (this driver less its /proc sampler, Ray's
+GCS, raylet and workers) computed while it played, over the steps it played. ``ray_hop`` is what
+one Ray call costs that does nothing but what a pool's step call does (wait on a host's thread):
+a step of the pool's costs at least that much more CPU than a step played inside its own actor.
 """
 
 from __future__ import annotations
@@ -32,21 +36,26 @@ import random
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import ray
 
+from vlrl.bench.process_cpu import cpu_between, tree_cpu
 from vlrl.bench.spread import spread
 from vlrl.harness import Action, Harness, HarnessError, Observation, StepResult, register
 from vlrl.mm import encode_image
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode
 
 SIZES = {
-    "smoke": {"n": 12, "steps": (4, 8), "io_median_s": 0.1, "runs": 1, "sweep": (12, 16)},
-    "small": {"n": 24, "steps": (15, 30), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48)},
-    "full": {"n": 48, "steps": (15, 50), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48, 96, 192, 384)},
+    "smoke": {"n": 12, "steps": (4, 8), "io_median_s": 0.1, "runs": 1, "sweep": (12, 16), "hop_calls": 4},
+    "small": {"n": 24, "steps": (15, 30), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48), "hop_calls": 20},
+    "full": {
+        "n": 48, "steps": (15, 50), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48, 96, 192, 384), "hop_calls": 20
+    },
 }
 SCREEN = (240, 320)
 
@@ -148,6 +157,8 @@ class RaySampler:
         self._period = period_s
         self._stop = threading.Event()
         self.peak = {"gcs_fds": 0, "total_fds": 0, "rss_mb": 0.0, "processes": 0}
+        self.cpu_s = 0.0
+        """CPU seconds the sampling thread used (it runs in the driver, whose CPU a run counts)."""
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def __enter__(self) -> RaySampler:
@@ -160,9 +171,11 @@ class RaySampler:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            started = time.thread_time()
             sample = ray_processes()
             for key, value in sample.items():
                 self.peak[key] = max(self.peak[key], value)
+            self.cpu_s += time.thread_time() - started
             self._stop.wait(self._period)
 
 
@@ -206,25 +219,27 @@ def _run_pool(n: int, workload: dict[str, Any], total_hosts: int, on_threads: bo
     )
     with RaySampler() as sampler:
         pool = config.build()
-        started = time.perf_counter()
+        hosts = {"loop_host": pool.loop.hosts(), "env_host": [h for env in pool.envs.values() for h in env.hosts()]}
+        pids = {role: set(ray.get([host.pid.remote() for host in group])) for role, group in hosts.items()}
+        cpu = SectionCpu(sampler)
         episodes = [ScriptedEpisode(seed=i, policy="random", max_steps=workload["max_steps"]) for i in range(n)]
         jobs = [(episode, {"codebase": "bench-workload", "env_settings": workload}) for episode in episodes]
         outcomes = asyncio.run(pool.run_many(jobs))
-        elapsed = time.perf_counter() - started
-        hosts = pool.loop.hosts() + [h for env in pool.envs.values() for h in env.hosts()]
-        pids = set(ray.get([host.pid.remote() for host in hosts]))
+        used = cpu.end()
         pool.shutdown()
     time.sleep(2.0)  # let the hosts' processes exit before the next run is sampled
     failed = [o for o in outcomes if o.status != "ok"]
     if failed:
         raise RuntimeError(f"pool benchmark: {len(failed)} episodes failed, first: {failed[0].error}")
+    steps = sum(o.value.steps for o in outcomes)
     return {
         "episodes": n,
-        "steps_played": sum(o.value.steps for o in outcomes),
-        "actors": len(hosts),
-        "processes": len(pids),
+        "steps_played": steps,
+        "actors": sum(len(group) for group in hosts.values()),
+        "processes": len(pids["loop_host"] | pids["env_host"]),
         **{k: sampler.peak[k] for k in ("gcs_fds", "total_fds", "rss_mb")},
-        "episodes_per_s": n / elapsed,
+        "episodes_per_s": n / used.wall_s,
+        **used.core_ms_per_step(steps, pids),
     }
 
 
@@ -234,9 +249,9 @@ def _run_per_rollout(n: int, workload: dict[str, Any]) -> dict[str, Any]:
         actors = [RolloutActor.remote() for _ in range(n)]
         pids = ray.get([actor.ready.remote() for actor in actors])
         startup = time.perf_counter() - started
-        started = time.perf_counter()
+        cpu = SectionCpu(sampler)
         steps = ray.get([actor.run.remote(seed, workload) for seed, actor in enumerate(actors)])
-        elapsed = time.perf_counter() - started
+        used = cpu.end()
         for actor in actors:
             ray.kill(actor)
     time.sleep(2.0)  # let the killed actors' processes exit before the next run is sampled
@@ -247,7 +262,8 @@ def _run_per_rollout(n: int, workload: dict[str, Any]) -> dict[str, Any]:
         "processes": len(set(pids)),
         **{k: sampler.peak[k] for k in ("gcs_fds", "total_fds", "rss_mb")},
         "startup_s": startup,
-        "episodes_per_s": n / elapsed,
+        "episodes_per_s": n / used.wall_s,
+        **used.core_ms_per_step(sum(steps), {"actor": set(pids)}),
     }
 
 
@@ -257,9 +273,9 @@ def _run_actor_pool(n: int, workload: dict[str, Any], actors: int) -> dict[str, 
     with RaySampler() as sampler:
         workers = [RolloutActor.remote() for _ in range(actors)]
         pids = ray.get([worker.ready.remote() for worker in workers])
-        started = time.perf_counter()
+        cpu = SectionCpu(sampler)
         steps = list(ActorPool(workers).map_unordered(lambda worker, seed: worker.run.remote(seed, workload), range(n)))
-        elapsed = time.perf_counter() - started
+        used = cpu.end()
         for worker in workers:
             ray.kill(worker)
     time.sleep(2.0)
@@ -269,8 +285,76 @@ def _run_actor_pool(n: int, workload: dict[str, Any], actors: int) -> dict[str, 
         "actors": actors,
         "processes": len(set(pids)),
         **{k: sampler.peak[k] for k in ("gcs_fds", "total_fds", "rss_mb")},
-        "episodes_per_s": n / elapsed,
+        "episodes_per_s": n / used.wall_s,
+        **used.core_ms_per_step(sum(steps), {"actor": set(pids)}),
     }
+
+
+class SectionCpu:
+    """Wall time and the CPU of every process of the run (``process_cpu.tree_cpu``) from now to
+    ``end()``; the driver's share leaves out its /proc sampler."""
+
+    def __init__(self, sampler: RaySampler) -> None:
+        self._sampler = sampler
+        self._sampler_cpu_s = sampler.cpu_s
+        self._before = tree_cpu()
+        self._started = time.perf_counter()
+
+    def end(self) -> SectionUsage:
+        wall_s = time.perf_counter() - self._started
+        used = cpu_between(self._before, tree_cpu())
+        used[os.getpid()] -= self._sampler.cpu_s - self._sampler_cpu_s
+        return SectionUsage(wall_s, used)
+
+
+@dataclass(frozen=True, slots=True)
+class SectionUsage:
+    wall_s: float
+    cpu_s: dict[int, float]
+    """CPU seconds by pid."""
+
+    def core_ms_per_step(self, steps: int, roles: dict[str, set[int]]) -> dict[str, float]:
+        """``core_ms_per_step`` of every process, and ``<role>_core_ms_per_step`` of each role's processes."""
+        out = {"core_ms_per_step": 1e3 * sum(self.cpu_s.values()) / steps}
+        for role, pids in roles.items():
+            out[f"{role}_core_ms_per_step"] = 1e3 * sum(self.cpu_s.get(pid, 0.0) for pid in pids) / steps
+        return out
+
+
+@ray.remote(num_cpus=0)
+class HopHost:
+    """Both ends of a bare step call: ``play`` awaits ``wait`` on another host, as a loop host's
+    tenant awaits its env host's ``step``, and ``wait`` waits on a thread, as a harness call does.
+    What the two processes compute per call is the Ray hop alone, no harness, no screen."""
+
+    def __init__(self) -> None:
+        self._threads = ThreadPoolExecutor(16)
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+    async def wait(self, seconds: float) -> bool:
+        return await asyncio.get_running_loop().run_in_executor(self._threads, time.sleep, seconds)
+
+    async def play(self, other: Any, loops: int, calls: int, seconds: float) -> None:
+        async def loop() -> None:
+            for _ in range(calls):
+                await other.wait.remote(seconds)
+
+        await asyncio.gather(*(loop() for _ in range(loops)))
+
+
+def _ray_hop(loops: int, calls: int, io_median_s: float) -> dict[str, float]:
+    """Core-ms per call of ``loops`` concurrent loops of ``calls`` bare step calls each."""
+    caller, callee = HopHost.remote(), HopHost.remote()
+    pids = set(ray.get([caller.pid.remote(), callee.pid.remote()]))
+    ray.get(caller.play.remote(callee, loops, 2, 0.0))  # both ends warm
+    before = tree_cpu()
+    ray.get(caller.play.remote(callee, loops, calls, io_median_s))
+    used = cpu_between(before, tree_cpu())
+    for actor in (caller, callee):
+        ray.kill(actor)
+    return {"core_ms_per_call": 1e3 * sum(used[pid] for pid in pids) / (loops * calls), "calls": loops * calls}
 
 
 def _sweep(points: tuple[int, ...], workload: dict[str, Any], measured: dict[int, dict]) -> list[dict[str, Any]]:
@@ -310,12 +394,17 @@ def run(size: str) -> dict[str, Any]:
             for name in names[rep % len(names) :] + names[: rep % len(names)]:
                 measured[name].append(schemes[name]())
         sweep = _sweep(SIZES[size]["sweep"], workload, {n: measured["per_rollout"][0]})
+        hop = _ray_hop(n, SIZES[size]["hop_calls"], workload["io_median_s"])
     finally:
         if started_ray:
             ray.shutdown()
     rate = {name: spread([r["episodes_per_s"] for r in results]) for name, results in measured.items()}
     with_startup = spread([n / (r["startup_s"] + n / r["episodes_per_s"]) for r in measured["per_rollout"]])
-    pool, per_rollout, actor_pool, on_loop, pool_8x = (measured[name][0] for name in schemes)
+    pool, per_rollout, actor_pool, on_loop, pool_8x = (
+        {**results[0], **{k: spread([r[k] for r in results]) for k in results[0] if k.endswith("core_ms_per_step")}}
+        for results in measured.values()
+    )
+    core_ms = pool["core_ms_per_step"]["median"] / per_rollout["core_ms_per_step"]["median"]
     return {
         "workload": {
             "episodes": n, "steps": list(steps), "io_median_s": workload["io_median_s"], "screen": f"{SCREEN[1]}x{SCREEN[0]}"
@@ -337,4 +426,7 @@ def run(size: str) -> dict[str, Any]:
         "throughput_ratio_with_startup": rate["pool"]["median"] / with_startup["median"],
         "throughput_ratio_vs_actor_pool": rate["pool"]["median"] / rate["actor_pool"]["median"],
         "thread_offload_ratio": rate["pool"]["median"] / rate["pool_on_loop"]["median"],
+        "core_ms_ratio": core_ms,
+        "ray_hop": hop,
+        "ray_hop_share": hop["core_ms_per_call"] / per_rollout["core_ms_per_step"]["median"],
     }

@@ -24,6 +24,8 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("throughput_ratio_with_startup", "the same, the per-rollout actors' start-up included"),
         ("throughput_ratio_vs_actor_pool", "pool episodes/s / a fixed ray.util.ActorPool of as many actors"),
         ("thread_offload_ratio", "threads / blocking the event loop"),
+        ("core_ms_ratio", "CPU per step, pool / per-rollout actors (every process of the run; medians)"),
+        ("ray_hop_share", "CPU of one bare Ray step call / CPU per step of a per-rollout actor"),
     ),
     "delta": (
         ("http.T*wire_full_over_delta", "HTTP body bytes to vlrl serve, full resend / delta"),

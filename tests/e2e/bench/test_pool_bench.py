@@ -24,6 +24,11 @@ def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_the_baselines_me
     # One process per rollout holds far more memory than the pool's four hosts.
     assert result["per_rollout"]["rss_mb"] > 1.5 * result["pool"]["rss_mb"]
     assert result["thread_offload_ratio"] > 1
+    # CPU per step is counted in each role's own processes (a wrong pid would count nothing).
+    roles_of = {"pool": ("loop_host", "env_host"), "per_rollout": ("actor",), "actor_pool": ("actor",)}
+    for scheme, roles in roles_of.items():
+        assert all(result[scheme][f"{role}_core_ms_per_step"]["min"] > 0 for role in roles), result[scheme]
+    assert result["ray_hop"]["core_ms_per_call"] > 0
     sweep = result["sweep"]
     assert [point["episodes"] for point in sweep] == [12, 16]
     assert all(point["actors"] == point["episodes"] for point in sweep)
