@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +121,10 @@ class JobSession:
                 field = f"sources[{i}].agent.older_image_tokens"
                 check_older_image_tokens(source.agent, rule, source.env.width, source.env.height, field)
         self.annotator = Annotator(processor.tokenizer, rule)
-        self.engines = [config.engine.build(model_path=self.model_path) for _ in range(config.replicas)]
+        engine = config.engine
+        if config.loss.routing_replay == "rollout":  # the trainer replays what the engines record
+            engine = replace(engine, record_routing=True)
+        self.engines = [engine.build(model_path=self.model_path) for _ in range(config.replicas)]
         self.teacher = None
         self.store = config.store.build()
         try:

@@ -54,7 +54,7 @@ from vlrl.job.rl_step import rl_step
 from vlrl.job.run_folder import SUMMARY_FILE, BrokenCheckpoint, read_checkpoint_state
 from vlrl.job.session import JobSession, RunState
 from vlrl.job.tracking import Tracking
-from vlrl.models import family, family_of
+from vlrl.models import ModelFamily, family, family_of
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.pool.tenant import TenantOutcome, lost_writers
 from vlrl.records import SAMPLING_TEMPERATURE, SeqMeta
@@ -165,10 +165,12 @@ class TrainJob:
                     " rollouts must embed images as training does",
                     got=repr(engine_encoder),
                 )
+            policy_family = family(self.tiny.family) if self.model_path == TINY else family_of(self.model_path)
             try:
-                check_layout(self.layout, family(self.tiny.family) if self.model_path == TINY else family_of(self.model_path))
+                check_layout(self.layout, policy_family)
             except ConfigError as error:
                 raise error.under("layout") from None
+            self._check_routing_replay(policy_family)
             if self.lora.enabled:
                 check_lora_fits(self.lora, self.layout, self.trainer.encoder)
                 if self.model_path != TINY:  # the tiny model is built later; its trainer checks the patterns
@@ -242,6 +244,22 @@ class TrainJob:
                         " 0 or 1 stores no temperature, top_p 1 no nucleus): sequences packed together must carry"
                         " the same fields",
                     )
+
+        def _check_routing_replay(self, policy_family: ModelFamily) -> None:
+            """Replay needs experts to route and an engine that records where they sent each token."""
+            if self.loss.routing_replay == "off":
+                return
+            if not policy_family.routed_experts:
+                raise ConfigError(
+                    "loss.routing_replay", self.loss.routing_replay,
+                    f"'off' for the {policy_family.name} family: its LLM has no mixture-of-experts layers to replay",
+                )  # fmt: skip
+            if isinstance(self.engine, VLLMEngine.Config):
+                raise ConfigError(
+                    "loss.routing_replay", self.loss.routing_replay,
+                    "'off' with engine=VLLMEngine: it records no routed experts (vLLM's enable_return_routed_experts"
+                    " needs its model runner V2 and Triton, which its CPU build lacks); use the embedded engine",
+                )  # fmt: skip
 
         def _check_teacher(self) -> None:
             uses = {

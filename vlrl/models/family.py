@@ -15,6 +15,7 @@ processor and config. What differs is here:
 * the action format its released checkpoints were trained to write;
 * its tiny offline build (``tiny_config``), which the tests and the CPU demos train;
 * a weight whose in-memory layout differs from its checkpoint file's (``checkpoint_tensor``);
+* whether its LLM routes tokens to experts (``routed_experts``);
 * the trainer layouts it cannot train under yet (``check_layout``).
 """
 
@@ -43,6 +44,9 @@ class ModelFamily(ABC):
     """The transformers class a checkpoint folder of the family loads as."""
     action_format: ClassVar[ActionFormat]
     """The action grammar the family's released checkpoints write (an agent's default)."""
+    routed_experts: ClassVar[bool] = False
+    """Whether its LLM has mixture-of-experts layers, whose routing the embedded engine can
+    record and the trainer replay (``models.routing``)."""
 
     def load(self, path: str | Path, *, dtype: torch.dtype = torch.float32) -> nn.Module:
         """The checkpoint folder ``path`` as the family's transformers model."""

@@ -31,6 +31,7 @@ class Qwen3VLMoe(Qwen3VL):
     model_types = ("qwen3_vl_moe",)
     model_class = Qwen3VLMoeForConditionalGeneration
     config_class = Qwen3VLMoeConfig
+    routed_experts = True
 
     def load(self, path: str | Path, *, dtype: torch.dtype = torch.float32) -> nn.Module:
         # transformers' default experts kernel (grouped_mm) takes no float64; its eager loop does

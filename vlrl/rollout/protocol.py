@@ -107,16 +107,23 @@ class GenerateResult:
     reused_prefix_tokens: int
     """Prompt tokens served from the trajectory's cached KV prefix."""
     extras: dict[str, np.ndarray] = field(default_factory=dict)
-    """Optional per-token fields the engine reports (e.g. MoE routed experts, top-p kept-token
-    indices): one row per sampled token; they pass through to the store unchanged."""
+    """Optional per-token fields the engine reports (e.g. MoE routed experts, the top-p nucleus
+    size): one row per sampled token; they pass through to the store unchanged."""
+    prompt_extras: dict[str, np.ndarray] = field(default_factory=dict)
+    """Fields of the same kind for the prompt tokens this request computed (its last
+    ``prefill_tokens``; MoE routed experts), one row each; stored over the same tokens'
+    earlier rows, if any."""
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
         if len(self.logprobs) != n:
             raise ValueError(f"result {self.request_id}: {n} token ids but {len(self.logprobs)} logprobs")
-        for name, values in self.extras.items():
-            if len(values) != n:
-                raise ValueError(f"result {self.request_id}: extra field {name!r} has {len(values)} rows; expected {n}")
+        for rows, each, extras in ((n, "sampled", self.extras), (self.prefill_tokens, "prefilled prompt", self.prompt_extras)):
+            for name, values in extras.items():
+                if len(values) != rows:
+                    raise ValueError(
+                        f"result {self.request_id}: extra field {name!r} has {len(values)} rows; expected {rows}, one a {each} token"
+                    )
 
 
 @dataclass(frozen=True, slots=True)

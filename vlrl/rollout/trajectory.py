@@ -60,14 +60,16 @@ class Sequence:
         self.image_offsets += offsets
 
     def add_generated(self, result: GenerateResult, state: str = "") -> None:
-        for name, values in result.extras.items():
-            earlier = self.extras.setdefault(name, [])
-            if earlier and (earlier[0][1].shape[1:], earlier[0][1].dtype) != (values.shape[1:], values.dtype):
-                raise ValueError(
-                    f"extra field {name!r}: rows of {values.dtype}{list(values.shape[1:])} after "
-                    f"{earlier[0][1].dtype}{list(earlier[0][1].shape[1:])}; every turn must report the same form"
-                )
-            earlier.append((len(self.token_ids), values))
+        prompt_start = len(self.token_ids) - result.prefill_tokens  # the engine computed the prompt from here
+        for start, extras in ((prompt_start, result.prompt_extras), (len(self.token_ids), result.extras)):
+            for name, values in extras.items():
+                earlier = self.extras.setdefault(name, [])
+                if earlier and (earlier[0][1].shape[1:], earlier[0][1].dtype) != (values.shape[1:], values.dtype):
+                    raise ValueError(
+                        f"extra field {name!r}: rows of {values.dtype}{list(values.shape[1:])} after "
+                        f"{earlier[0][1].dtype}{list(earlier[0][1].shape[1:])}; every turn must report the same form"
+                    )
+                earlier.append((start, values))
         self.context_lengths.append(len(self.token_ids))
         self.states.append(state)
         self.policy_versions.append(result.policy_version)
@@ -85,8 +87,9 @@ class Sequence:
             LOGPROBS: np.asarray(self.logprobs, dtype=FIELDS[LOGPROBS].dtype),
             LOSS_MASK: np.asarray(self.loss_mask, dtype=FIELDS[LOSS_MASK].dtype),
         }
-        # Engine-reported fields become per-token arrays over the whole sequence (zero rows on
-        # prompt tokens), so a packer cuts them by token range like the ids.
+        # Engine-reported fields become per-token arrays over the whole sequence (zero rows where
+        # the engine reported none), so a packer cuts them by token range like the ids; a later
+        # request's rows (a prompt it computed again) replace an earlier one's.
         for name, parts in self.extras.items():
             first = parts[0][1]
             full = np.zeros((len(self.token_ids), *first.shape[1:]), dtype=first.dtype)

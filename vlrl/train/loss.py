@@ -213,6 +213,12 @@ class PolicyLoss:
         formula per sequence, averaged over the step's sequences); None: the checkpoint's own
         ``router_aux_loss_coef``. A dense model has none."""
 
+        routing_replay: Literal["off", "rollout"] = "off"
+        """A mixture-of-experts model's routing in training: ``off``, each token goes to the
+        experts the trainer's router picks; ``rollout``, to those it went to in the rollout, which
+        the engines then record (``EmbeddedEngine.Config.record_routing``), the gate weights still
+        from the trainer's router (``train.moe``). The embedded engine only, MoE families only."""
+
         mismatch_warn: Annotated[float, Gt(0)] | None = 1.0
         """A turn whose mean ``|logp_train - logp_rollout|`` over its loss tokens exceeds this is
         logged as a warning naming the sequence, the turn and its images (``train.mismatch``);

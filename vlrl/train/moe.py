@@ -4,14 +4,22 @@ A sparse MLP has a router ``gate`` (``(E, H)``: one logit per expert) and ``E`` 
 ``experts``. For a token with hidden state ``h``::
 
     p = softmax(W_gate h)                       # (E,) in float32 whatever the dtype, as the family does
-    K = top-k experts of p
-    w_e = p_e / sum_{j in K} p_j   for e in K   # the gate weights
+    K = top-k experts of p                      # or, under routing replay, the rollout's recorded K
+    w_e = p_e / sum_{j in K} p_j   for e in K   # the gate weights, always from this router
     y = sum_{e in K} w_e * down_e(silu(gate_e h) * up_e h)
 
 ``RoutedExperts`` takes the place of the model's own block (the same two children, so every
-parameter keeps its checkpoint name) because the trainer needs what the block hides, the
-router's logits for the load-balancing loss, and because under tensor parallelism its weights
-are distributed tensors the block's own loop cannot index.
+parameter keeps its checkpoint name) because the trainer needs what the block hides: the
+router's logits for the load-balancing loss, a way to impose the experts ``K`` while the weights
+``w`` keep their gradient to the router, and, under tensor parallelism, weights that are
+distributed tensors the block's own loop cannot index.
+
+**Routing replay** (``loss.routing_replay='rollout'``): the engine recorded which experts each
+token went to in the rollout's forward (``records.ROUTED_EXPERTS``); the trainer sends the token
+to those, so a policy one version newer, or other kernels, cannot send it elsewhere and change
+its logprob by a jump (a swapped expert) instead of a slope. Only ``K`` is replayed: ``w`` comes
+from this router's own softmax, renormalised over the recorded ``K``, so the router still learns.
+A token without a record (``replay`` row of zeros) follows this router.
 
 Under tensor parallelism (sequence parallel) each TP rank routes its own shard of the sequence
 through whole, replicated experts; the experts' and router's gradients are then summed over the
@@ -41,9 +49,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from vlrl.models.routing import decode, is_sparse
+
 
 class RoutedExperts(nn.Module):
-    """A sparse MLP computed by the trainer; ``router_logits`` holds the last forward's ``(S, E)``."""
+    """A sparse MLP computed by the trainer; ``replay`` (set before a forward: ``(S, k)`` recorded
+    expert ids + 1 of this rank's tokens, 0 where none; None: no replay) imposes the experts;
+    ``router_logits`` holds the last forward's ``(S, E)``."""
 
     def __init__(self, block: nn.Module) -> None:
         super().__init__()
@@ -52,6 +64,7 @@ class RoutedExperts(nn.Module):
         self.num_experts = int(block.gate.num_experts)
         self.top_k = int(block.gate.top_k)
         self.tp_group: Any = None
+        self.replay: torch.Tensor | None = None
         self.router_logits: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -60,7 +73,15 @@ class RoutedExperts(nn.Module):
         router, gate_up, down = (_local(p, self.tp_group) for p in (self.gate.weight, self.experts.gate_up_proj, self.experts.down_proj))
         logits = F.linear(h, router)  # (S, E)
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)  # float32 in any dtype, as the family routes
-        picked, ids = torch.topk(probs, self.top_k, dim=-1)  # (S, k)
+        ids = torch.topk(probs, self.top_k, dim=-1).indices  # (S, k)
+        if self.replay is not None:
+            if self.replay.shape != ids.shape:
+                raise ValueError(
+                    f"routing replay: {tuple(self.replay.shape)} records for {h.shape[0]} tokens; expected (tokens, {self.top_k})"
+                )
+            recorded = decode(self.replay.to(h.device))  # (S, k), -1 where no record
+            ids = torch.where((recorded >= 0).all(-1, keepdim=True), recorded, ids)
+        picked = probs.gather(1, ids)  # (S, k)
         weights = (picked / picked.sum(-1, keepdim=True)).to(h.dtype)  # (S, k)
         self.router_logits = logits
         out = torch.zeros_like(h)
@@ -79,9 +100,8 @@ def route_through_trainer(language_model: nn.Module) -> list[RoutedExperts]:
     place, names kept); returns them in layer order (empty for a dense model)."""
     routed = []
     for layer in language_model.layers:
-        block = layer.mlp
-        if hasattr(block, "experts") and hasattr(block, "gate") and hasattr(block.gate, "top_k"):
-            layer.mlp = RoutedExperts(block)
+        if is_sparse(layer.mlp):
+            layer.mlp = RoutedExperts(layer.mlp)
             routed.append(layer.mlp)
     return routed
 

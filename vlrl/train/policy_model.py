@@ -156,6 +156,7 @@ class PolicyModel(nn.Module):
         mask: PackedMask,
         image_rows: torch.Tensor,
         image_index: torch.Tensor,
+        routing: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits of this rank's shard of a CP window, ``(W / tp, vocab)``.
 
@@ -165,7 +166,13 @@ class PolicyModel(nn.Module):
         when R = 0). Columns ``[:H]`` replace the token embeddings; DeepStack level ``k`` (columns
         ``[(k+1)H, (k+2)H)``) is added at the same positions after decoder layer ``k``, as
         ``Qwen3VLTextModel`` does (under sequence parallelism ``x`` is this rank's shard and
-        ``image_index`` indexes it, so the one index serves every level)."""
+        ``image_index`` indexes it, so the one index serves every level). ``routing`` ``(W / tp,
+        sparse layers, k)``: the rollout's expert records of the shard's tokens, which the sparse
+        layers replay (``train.moe``); None: each routes by its own router."""
+        if routing is not None and routing.shape[1] != len(self.routed):
+            raise ValueError(f"routing replay: records of {routing.shape[1]} sparse layers; the model has {len(self.routed)}")
+        for k, block in enumerate(self.routed):
+            block.replay = None if routing is None else routing[:, k]
         hidden = self.encoder.hidden_size
         x = self.lm.embed_tokens(token_ids[None])  # (1, W/tp, H)
         if isinstance(x, DTensor):

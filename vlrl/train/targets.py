@@ -12,6 +12,9 @@ The sampling temperature and nucleus of each target (``records.SAMPLING_TEMPERAT
 trainer scores each target under the distribution the engine drew it from; off the loss mask
 they are neutral (temperature 1, no nucleus).
 
+Under routing replay each position's recorded experts (``records.ROUTED_EXPERTS``) come as they
+are, unshifted: the routing of position ``q`` is that of the token at ``q``, the input there.
+
 For the logprob-mismatch guard (``train.mismatch``) each loss position also says which reply turn
 of its sequence its target belongs to (a turn: a run of loss tokens) and which images (ordinals of
 the sequence's image runs) that turn's prompt showed, counted in the whole packed micro-batch so
@@ -31,7 +34,7 @@ import torch.distributed as dist
 from vlrl.pack.layout import Layout
 from vlrl.pack.packed import PackedWindow
 from vlrl.pack.plan import MicroBatch
-from vlrl.records import ADVANTAGES, LOGPROBS, SAMPLING_NUCLEUS, SAMPLING_TEMPERATURE, TEACHER_LOGPROBS
+from vlrl.records import ADVANTAGES, LOGPROBS, ROUTED_EXPERTS, SAMPLING_NUCLEUS, SAMPLING_TEMPERATURE, TEACHER_LOGPROBS
 from vlrl.train.mrope import window_mrope
 
 _OPTIONAL = (LOGPROBS, ADVANTAGES, TEACHER_LOGPROBS)
@@ -57,6 +60,7 @@ class MicroBatchInputs:
     teacher_logprobs: np.ndarray | None  # (S,)
     temperature: np.ndarray | None  # (S,) float32 the target was sampled at, when not 1 (1 off the mask)
     nucleus: np.ndarray | None  # (S,) int64 kept count of its top-p nucleus (0: none, and off the mask)
+    routing: np.ndarray | None  # (S, layers, k) the rollout's expert records of each position, under routing replay
     seq_loss_tokens: np.ndarray  # (S,) loss tokens of the position's whole sequence (0 off the mask)
     shard_segments: np.ndarray  # (S,) segment (index into the micro-batch's keys) of each position
     turn_ids: np.ndarray  # (S,) reply turn of the target within its sequence, 0-based (-1 off the mask)
@@ -83,9 +87,17 @@ def micro_batch_inputs(
     *,
     image_token_id: int,
     cp_group=None,
+    replay_routing: bool = False,
 ) -> MicroBatchInputs:
     """Inputs of this rank from its CP window. Collective over ``cp_group`` (None for cp = 1).
-    An empty micro-batch comes as a window of padding only (``layout.pad_multiple`` tokens)."""
+    An empty micro-batch comes as a window of padding only (``layout.pad_multiple`` tokens).
+    ``replay_routing``: the window's sequences must carry the rollout's routing, which ``routing`` holds."""
+    routing = window.extras.get(ROUTED_EXPERTS)
+    if replay_routing and routing is None and micro_batch.keys:
+        raise ValueError(
+            f"routing replay (loss.routing_replay='rollout'): sequences {list(micro_batch.keys)[:3]} carry no"
+            f" {ROUTED_EXPERTS!r}; the engine that sampled them did not record routing (EmbeddedEngine.Config.record_routing)"
+        )
     total = micro_batch.num_tokens or layout.pad_multiple
     positions = np.concatenate([np.arange(a, b) for a, b in layout.cp_window(total, cp_rank)] or [np.zeros(0, np.int64)])
     if len(positions) != len(window):
@@ -124,6 +136,7 @@ def micro_batch_inputs(
         **{name: shifted[name][mine] if name in shifted else None for name in _OPTIONAL},
         temperature=_on_mask(shifted, SAMPLING_TEMPERATURE, mask[mine], mine, np.float32, 1),
         nucleus=_on_mask(shifted, SAMPLING_NUCLEUS, mask[mine], mine, np.int64, 0),
+        routing=shard.extras[ROUTED_EXPERTS] if replay_routing and routing is not None else None,
         seq_loss_tokens=seq_tokens[mine].astype(np.float64),
         shard_segments=seg[mine],
         turn_ids=turn_ids[mine],

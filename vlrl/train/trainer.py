@@ -225,6 +225,7 @@ class Trainer:
             inputs.append(micro_batch_inputs(
                 cut_stale(window, mb, by_key, min_version), mb, self.layout, cp, tp, tables,
                 image_token_id=self.model.image_token_id, cp_group=self.parallel.cp_group,
+                replay_routing=self.config.loss.routing_replay == "rollout",
             ))  # fmt: skip
             del window
         images = step_images(plan, self.layout, by_key)
@@ -301,8 +302,9 @@ class Trainer:
             )
         mask = PackedMask.build(inputs.positions, inputs.segment_ids, self.parallel.cp_group, self.device)
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(self.device)  # noqa: E731
+        routing = None if inputs.routing is None else as_tensor(inputs.routing)
         logits = self.model(
-            as_tensor(inputs.token_ids), as_tensor(inputs.mrope), mask, image_rows, as_tensor(inputs.image_index)
+            as_tensor(inputs.token_ids), as_tensor(inputs.mrope), mask, image_rows, as_tensor(inputs.image_index), routing
         )  # (S, V)
         targets = as_tensor(inputs.target_ids)
         sampled = inputs.sampled_distribution(self.device)

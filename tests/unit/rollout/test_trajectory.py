@@ -80,7 +80,11 @@ def test_engine_extras_pass_through_as_per_token_fields():
     first = GenerateResult("r", np.array([9, 9], np.int32), np.zeros(2, np.float32), "stop", 0, 3, 0, {"experts": routed})
     trajectory.add_generated(first)
     trajectory.set_context(Segment([1, 2, 3, 9, 9, 5, 6], [0, 5]), [_image(5), _image(6)])
-    second = GenerateResult("r", np.array([8], np.int32), np.zeros(1, np.float32), "stop", 0, 2, 0, {"experts": routed[:1] + 10})
+    # the engine reused 4 cached tokens and computed the prompt from the first answer's last token on
+    prompt_rows = np.array([[5, 5], [6, 6], [7, 7]], np.int16)
+    second = GenerateResult(
+        "r", np.array([8], np.int32), np.zeros(1, np.float32), "stop", 0, 3, 4, {"experts": routed[:1] + 10}, {"experts": prompt_rows}
+    )
     trajectory.add_generated(second)
     (meta,) = trajectory.finish(
         store, key="k", group_id="g", source="s", sample_index=0, reward=0.0, success=False, finish="done", patch_rule=RULE
@@ -88,7 +92,7 @@ def test_engine_extras_pass_through_as_per_token_fields():
     assert meta.extra_fields == ("extra/experts",)
     experts = store.get(["k"], ["extra/experts"])["k"]["extra/experts"]
     assert experts.dtype == np.int16 and experts.shape == (8, 2)
-    assert experts.tolist() == [[0, 0]] * 3 + [[1, 4], [2, 3]] + [[0, 0]] * 2 + [[11, 14]]
+    assert experts.tolist() == [[0, 0]] * 3 + [[1, 4], [5, 5], [6, 6], [7, 7]] + [[11, 14]]
 
 
 def test_extras_that_change_form_between_turns_are_refused():
@@ -99,8 +103,10 @@ def test_extras_that_change_form_between_turns_are_refused():
     bad = GenerateResult("r", np.array([1], np.int32), np.zeros(1, np.float32), "stop", 0, 1, 0, {"x": np.zeros((1, 3), np.int16)})
     with pytest.raises(ValueError, match=r"extra field 'x': rows of int16\[3\] after int16\[2\]"):
         trajectory.add_generated(bad)
-    with pytest.raises(ValueError, match="extra field 'y' has 2 rows; expected 1"):
+    with pytest.raises(ValueError, match="extra field 'y' has 2 rows; expected 1, one a sampled token"):
         GenerateResult("r", np.array([1], np.int32), np.zeros(1, np.float32), "stop", 0, 1, 0, {"y": np.zeros(2)})
+    with pytest.raises(ValueError, match="extra field 'y' has 2 rows; expected 3, one a prefilled prompt token"):
+        GenerateResult("r", np.array([1], np.int32), np.zeros(1, np.float32), "stop", 0, 3, 0, {}, {"y": np.zeros(2)})
 
 
 def test_a_rewritten_context_starts_a_new_sequence_whose_old_answers_carry_no_loss():

@@ -103,6 +103,7 @@ class EngineCore:
             device=config.device,
             stop_token_ids=frozenset(stops),
             encoder=plug_in,
+            record_routing=config.record_routing,
         )
         model_config = self._runner.model.config
         self._image_token_id = model_config.image_token_id
@@ -377,6 +378,7 @@ class EngineCore:
                 prefill_tokens=outcome.prefill_tokens,
                 reused_prefix_tokens=outcome.reused_prefix_tokens,
                 extras=outcome.extras,
+                prompt_extras=outcome.prompt_extras,
             )
         )
 

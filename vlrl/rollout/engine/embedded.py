@@ -77,6 +77,12 @@ class EmbeddedEngine:
         """A plug-in vision encoder in place of the checkpoint's tower (None: the tower); the
         trainer's must be the same (``Trainer.Config.encoder``), or rollouts see other embeddings."""
 
+        record_routing: bool = False
+        """Report the experts every mixture-of-experts layer sent each token to, prompt tokens
+        included (``records.ROUTED_EXPERTS``, ``layers x top_k`` bytes a token), for the trainer
+        to replay; ``vlrl train`` turns it on with ``loss.routing_replay='rollout'``. A model
+        without experts fails to load with it."""
+
         def check(self) -> None:
             if self.max_concurrency <= self.max_batch:
                 raise ConfigError(

@@ -39,7 +39,9 @@ from encoders.spec import STATE_PREFIX
 from vlrl.models import family_of
 from vlrl.models.adapters import MergedAdapters, split_push
 from vlrl.rollout.engine.images import ProcessedImage
+from vlrl.records import EXTRA_PREFIX, ROUTED_EXPERTS
 from vlrl.rollout.engine.prefix import ImageSpan, KVPrefix
+from vlrl.rollout.engine.routing import RoutingRecorder
 from vlrl.rollout.engine.sampling import generator_for, sample, sampled_extras
 from vlrl.rollout.protocol import SamplingParams
 
@@ -72,7 +74,10 @@ class Outcome:
     reused_prefix_tokens: int
     prefix: KVPrefix | None
     extras: dict[str, np.ndarray]
-    """What the draws' distribution was beyond the logprobs (``sampling.sampled_extras``)."""
+    """What the draws' distribution was beyond the logprobs (``sampling.sampled_extras``), and
+    each sampled token's routing when recorded."""
+    prompt_extras: dict[str, np.ndarray] = field(default_factory=dict)
+    """The routing of the prompt tokens this request prefilled, when recorded."""
 
 
 @dataclass(slots=True)
@@ -86,18 +91,27 @@ class _Row:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     nucleus: list[int] = field(default_factory=list)
+    prompt_routing: np.ndarray | None = None  # (new prompt tokens, layers, k) records, when recorded
+    routing: list[np.ndarray] = field(default_factory=list)  # (layers, k) of each sampled token fed back
     finish: Literal["stop", "length"] | None = None
     outcome: Outcome | None = None
 
 
 class ModelRunner:
     """Owns the model (and a plug-in encoder that replaces its tower, if any); ``run`` and
-    ``load_weights`` are blocking and belong on one compute thread."""
+    ``load_weights`` are blocking and belong on one compute thread. With ``record_routing`` (a
+    mixture-of-experts model) every outcome carries its tokens' routing (``records.ROUTED_EXPERTS``)."""
 
     def __init__(
-        self, model: PreTrainedModel, stop_token_ids: frozenset[int], encoder: VisionEncoder | None = None
+        self,
+        model: PreTrainedModel,
+        stop_token_ids: frozenset[int],
+        encoder: VisionEncoder | None = None,
+        *,
+        record_routing: bool = False,
     ) -> None:
         self.model = model.eval()
+        self._routing = RoutingRecorder(model.model.language_model) if record_routing else None
         self.encoder = encoder.eval() if encoder is not None else None
         self._stop_token_ids = stop_token_ids
         self._adapters = MergedAdapters()
@@ -113,10 +127,18 @@ class ModelRunner:
 
     @classmethod
     def load(
-        cls, path: str, *, dtype: torch.dtype, device: str, stop_token_ids: frozenset[int], encoder: VisionEncoder | None = None
+        cls,
+        path: str,
+        *,
+        dtype: torch.dtype,
+        device: str,
+        stop_token_ids: frozenset[int],
+        encoder: VisionEncoder | None = None,
+        record_routing: bool = False,
     ) -> ModelRunner:
         model = family_of(path).load(path, dtype=dtype).to(device)
-        return cls(model, stop_token_ids, encoder.to(device=device, dtype=dtype) if encoder is not None else None)
+        plug_in = encoder.to(device=device, dtype=dtype) if encoder is not None else None
+        return cls(model, stop_token_ids, plug_in, record_routing=record_routing)
 
     @torch.inference_mode()
     def run(self, seqs: list[Sequence]) -> list[Outcome]:
@@ -132,6 +154,10 @@ class ModelRunner:
 
     def _run_batch(self, rows: list[_Row]) -> None:
         cache, mask, logits = self._prefill(rows)
+        if self._routing is not None:
+            records = self._routing.take(len(rows))  # (B, N, layers, k), new tokens left-padded to N
+            for row, row_records in zip(rows, records):
+                row.prompt_routing = row_records[len(row_records) - (len(row.seq.prompt) - row.reused) :]
         active = rows
         while True:
             ids, logprobs, nucleus = sample(
@@ -169,6 +195,9 @@ class ModelRunner:
                 input_ids=ids[:, None], position_ids=positions, attention_mask=mask, use_cache=True, **{CACHE: cache}
             )
             logits = out.logits[:, -1]
+            if self._routing is not None:
+                for row, row_records in zip(active, self._routing.take(len(active))):  # (1, layers, k) each
+                    row.routing.append(row_records[0])
 
     @torch.inference_mode()
     def score(self, prompt: np.ndarray, images: tuple[ProcessedImage, ...]) -> np.ndarray:
@@ -383,8 +412,22 @@ class ModelRunner:
             prefill_tokens=len(row.seq.prompt) - row.reused,
             reused_prefix_tokens=row.reused,
             prefix=prefix,
-            extras=sampled_extras(row.seq.sampling, row.nucleus),
+            extras={**sampled_extras(row.seq.sampling, row.nucleus), **self._sampled_routing(row)},
+            prompt_extras={} if self._routing is None else {_ROUTED: row.prompt_routing},
         )
+
+    def _sampled_routing(self, row: _Row) -> dict[str, np.ndarray]:
+        """Each sampled token's routing; zeros (no record) for the last, which no decode step fed back."""
+        if self._routing is None:
+            return {}
+        records = np.zeros((len(row.token_ids), *row.prompt_routing.shape[1:]), row.prompt_routing.dtype)
+        if row.routing:
+            records[: len(row.routing)] = np.stack(row.routing)
+        return {_ROUTED: records}
+
+
+_ROUTED = ROUTED_EXPERTS.removeprefix(EXTRA_PREFIX)
+"""The routing's name in an outcome's extras (the trajectory adds the prefix)."""
 
 
 def _is_recurrent(layer: object) -> bool:
