@@ -2,7 +2,8 @@
 
 A ``TileSender`` serves one receiver for one stream of images (an env host's harness lease to its
 Agent Loop; an inference client's trajectory to its replica). It remembers the tiles it shipped
-and the tile grid of each image it shipped. A new image travels as a ``TiledImage``: its size,
+and the tile grid of each image it shipped, and finds a new image's changed tiles by comparing its
+pixels with the base's, so only those are hashed. A new image travels as a ``TiledImage``: its size,
 the grid positions whose tile differs from a *base* (the sender's latest image of the same size,
 which the receiver holds), the tile hashes at those positions, and the compressed pixels of only
 the tiles this receiver was never sent. So a typed character costs one or two tiles, not a
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vlrl.mm.canonical import require_canonical
 from vlrl.mm.tiles import HASH_BYTES, TileCodec, pack_tiles, tile_hash, unpack_tile
 
 
@@ -56,7 +58,12 @@ def tile_grid(codec: TileCodec, pixels: np.ndarray) -> np.ndarray:
 
 
 class TileSender:
-    """What one receiver holds of this stream: the tiles shipped and the grids of the images shipped."""
+    """What one receiver holds of this stream: the tiles shipped and the grids of the images shipped.
+
+    It keeps the pixels of its latest image of each size (no copy), and finds the tiles of a new
+    image that differ from that base by comparing pixels, hashing only those: the caller must not
+    write into an image it gave ``encode`` (an image drawn into the base's own memory is caught,
+    and compared by hashing every tile)."""
 
     def __init__(self, tile: int = 64) -> None:
         self._codec = TileCodec(tile)
@@ -66,45 +73,57 @@ class TileSender:
         """The receiver holds nothing of this stream (it missed, or it is a new one)."""
         self._sent: set[bytes] = set()
         self._grids: dict[str, np.ndarray] = {}
-        self._latest: dict[tuple[int, int], str] = {}  # size -> key of the newest image of it
+        self._latest: dict[tuple[int, int], tuple[str, np.ndarray]] = {}  # size -> newest image: key, pixels
 
     def encode(self, key: str, pixels: np.ndarray) -> TiledImage:
         """``pixels`` (named ``key``) as the tiles the receiver lacks; the receiver is then assumed
         to hold them (a miss says otherwise)."""
+        pixels = require_canonical(pixels)
         height, width = pixels.shape[:2]
-        grid = tile_grid(self._codec, pixels)
         base = self._latest.get((height, width))
         if base is None:
+            grid = tile_grid(self._codec, pixels)
             changed = np.arange(len(grid), dtype=np.int32)
         else:
-            changed = np.flatnonzero((grid != self._grids[base]).any(axis=1)).astype(np.int32)
-        tiles = list(self._codec.split(pixels)) if len(changed) else []
+            base_grid = self._grids[base[0]]
+            if np.may_share_memory(pixels, base[1]):  # drawn over the base: only hashes tell what changed
+                grid = tile_grid(self._codec, pixels)
+                changed = np.flatnonzero((grid != base_grid).any(axis=1)).astype(np.int32)
+            else:
+                changed = self._codec.changed(base[1], pixels)
+                grid = base_grid.copy()
+                for position in changed.tolist():
+                    grid[position] = np.frombuffer(tile_hash(self._codec.at(pixels, position)), np.uint8)
         carried, fresh = [], []
         for index, position in enumerate(changed.tolist()):
             digest = grid[position].tobytes()
             if digest not in self._sent:
                 self._sent.add(digest)
                 carried.append(index)
-                fresh.append(tiles[position])
+                fresh.append(self._codec.at(pixels, position))
         pack = pack_tiles(fresh)
         self._grids[key] = grid
-        self._latest[(height, width)] = key
+        self._latest[(height, width)] = (key, pixels)
         return TiledImage(
-            key, height, width, self._codec.tile, base, changed, grid[changed],
+            key, height, width, self._codec.tile, None if base is None else base[0], changed, grid[changed],
             np.array(carried, np.int32), pack["data"], pack["ends"],
         )  # fmt: skip
 
 
 class TileReceiver:
-    """Tiles by hash (least recently used dropped past ``max_bytes``) and the grids of the latest
-    ``max_images`` images, from which a ``TiledImage`` is assembled. Safe to share between
+    """Tiles by hash, the grids of the latest ``max_images`` images, and the pixels of the latest
+    ``max_bases`` images that take at most half of ``max_bytes`` (tiles and pixels held stay within
+    it: the least recently used tiles are dropped). A ``TiledImage`` whose base's pixels it holds
+    is assembled by copying them and writing the changed tiles over them; else tile by tile.
+    Assembled pixels are read-only (they may be the next image's base). Safe to share between
     threads (a replica assembles requests on several)."""
 
-    def __init__(self, max_bytes: int, max_images: int = 4096) -> None:
-        self._max_bytes, self._max_images = max_bytes, max_images
+    def __init__(self, max_bytes: int, max_images: int = 4096, max_bases: int = 1) -> None:
+        self._max_bytes, self._max_images, self._max_bases = max_bytes, max_images, max_bases
         self._lock = threading.Lock()
         self._tiles: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._grids: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._bases: OrderedDict[str, np.ndarray] = OrderedDict()
         self.nbytes = 0
 
     def assemble(self, image: TiledImage) -> np.ndarray | None:
@@ -128,23 +147,53 @@ class TileReceiver:
             image.hashes[index].tobytes(): unpack_tile(pack, slot, shapes[image.changed[index]])
             for slot, index in enumerate(image.carried.tolist())
         }
-        blocks = []
-        for row in grid:
-            digest = row.tobytes()
-            block = arrived.get(digest)
-            if block is None:
-                block = self._tiles.get(digest)
-                if block is None:
-                    return None
-                self._tiles.move_to_end(digest)
-            blocks.append(block)
+        base_pixels = self._bases.get(image.base) if image.base is not None else None
+        if base_pixels is None:
+            pixels = self._tile_by_tile(codec, image, grid, arrived)
+        else:
+            pixels = self._over_base(codec, image, base_pixels, arrived)
+        if pixels is None:
+            return None
         for digest, block in arrived.items():
             self._keep(digest, block)
         self._grids[image.key] = grid
         self._grids.move_to_end(image.key)
         while len(self._grids) > self._max_images:
             self._grids.popitem(last=False)
+        pixels.setflags(write=False)
+        self._hold_base(image.key, pixels)
+        return pixels
+
+    def _tile_by_tile(
+        self, codec: TileCodec, image: TiledImage, grid: np.ndarray, arrived: dict[bytes, np.ndarray]
+    ) -> np.ndarray | None:
+        blocks = []
+        for row in grid:
+            block = self._block(row.tobytes(), arrived)
+            if block is None:
+                return None
+            blocks.append(block)
         return codec.assemble(image.height, image.width, blocks)
+
+    def _over_base(
+        self, codec: TileCodec, image: TiledImage, base: np.ndarray, arrived: dict[bytes, np.ndarray]
+    ) -> np.ndarray | None:
+        pixels = base.copy()
+        for index, position in enumerate(image.changed.tolist()):
+            block = self._block(image.hashes[index].tobytes(), arrived)
+            if block is None:
+                return None
+            codec.at(pixels, position)[...] = block
+        return pixels
+
+    def _block(self, digest: bytes, arrived: dict[bytes, np.ndarray]) -> np.ndarray | None:
+        """The tile named ``digest``: arrived with the image, or held (then it is used recently)."""
+        block = arrived.get(digest)
+        if block is None:
+            block = self._tiles.get(digest)
+            if block is not None:
+                self._tiles.move_to_end(digest)
+        return block
 
     def _keep(self, digest: bytes, block: np.ndarray) -> None:
         if digest in self._tiles:
@@ -152,6 +201,19 @@ class TileReceiver:
             return
         self._tiles[digest] = block
         self.nbytes += block.nbytes
+        self._drop_tiles()
+
+    def _hold_base(self, key: str, pixels: np.ndarray) -> None:
+        if pixels.nbytes > self._max_bytes // 2 or self._max_bases == 0:
+            return
+        while len(self._bases) >= self._max_bases:
+            self.nbytes -= self._bases.popitem(last=False)[1].nbytes
+        self._bases[key] = pixels
+        self.nbytes += pixels.nbytes
+        self._drop_tiles()
+
+    def _drop_tiles(self) -> None:
+        """Drop the least recently used tiles past ``max_bytes`` (the newest always stays)."""
         while self.nbytes > self._max_bytes and len(self._tiles) > 1:
             _, dropped = self._tiles.popitem(last=False)
             self.nbytes -= dropped.nbytes

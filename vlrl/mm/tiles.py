@@ -54,6 +54,28 @@ class TileCodec:
             for left in range(0, width, self.tile):
                 yield pixels[top : top + self.tile, left : left + self.tile]
 
+    def at(self, pixels: np.ndarray, position: int) -> np.ndarray:
+        """The tile at row-major ``position`` of ``pixels`` (a view)."""
+        row, col = divmod(position, self.grid(*pixels.shape[:2])[1])
+        return pixels[row * self.tile : (row + 1) * self.tile, col * self.tile : (col + 1) * self.tile]
+
+    def changed(self, before: np.ndarray, after: np.ndarray) -> np.ndarray:
+        """int32 row-major positions of the tiles whose pixels differ between two canonical images
+        of one size. Comparing pixels costs a tenth of hashing every tile (a 1080p screen: 0.4 ms
+        against 5); the pixels are compared 8 bytes at a time where the row and tile widths allow."""
+        height, width = after.shape[:2]
+        row_bytes, tile_bytes = 3 * width, 3 * self.tile
+        unit = next(u for u in (8, 4, 2, 1) if row_bytes % u == 0 and tile_bytes % u == 0)
+        dtype = np.dtype(f"u{unit}")
+        old = require_canonical(before).reshape(height, row_bytes).view(dtype)
+        new = require_canonical(after).reshape(height, row_bytes).view(dtype)
+        column_starts = np.arange(0, row_bytes // unit, tile_bytes // unit)
+        differs = np.empty(self.grid(height, width), bool)  # (tile rows, tile columns)
+        for row, top in enumerate(range(0, height, self.tile)):
+            band = old[top : top + self.tile] != new[top : top + self.tile]  # (<= tile, row_bytes / unit)
+            differs[row] = np.logical_or.reduceat(band.any(axis=0), column_starts)
+        return np.flatnonzero(differs).astype(np.int32)
+
     def shapes(self, height: int, width: int) -> list[tuple[int, int, int]]:
         """``(h, w, 3)`` of each tile of an image, row-major."""
         rows, cols = self.grid(height, width)

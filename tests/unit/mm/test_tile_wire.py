@@ -1,15 +1,18 @@
 """Screens shipped as tiles: exact pixels on the receiving side, only the tiles that changed (and
-that the receiver was never sent) carried, and a receiver lacking a base or a tile says so."""
+that the receiver was never sent) carried, each named by the hash of its pixels, and a receiver
+lacking a base or a tile says so."""
 
 from __future__ import annotations
 
 import pickle
 
 import numpy as np
+import pytest
 
 from vlrl.bench.tiles_bench import desktop_screens
 from vlrl.mm import content_hash
-from vlrl.mm.tile_wire import TileReceiver, TileSender
+from vlrl.mm.tile_wire import TileReceiver, TileSender, tile_grid
+from vlrl.mm.tiles import TileCodec
 
 
 def _ship(sender: TileSender, receiver: TileReceiver, pixels: np.ndarray):
@@ -25,18 +28,45 @@ def _changed_tiles(before: np.ndarray, after: np.ndarray, tile: int = 64) -> lis
     return sorted({(r // tile) * cols + c // tile for r, c in zip(*np.nonzero(differs))})
 
 
-def test_a_typing_trajectory_arrives_exact_and_each_turn_carries_only_the_changed_tiles():
-    shots = desktop_screens(640, 480, 10)  # 10 x 8 tiles of 64 px, with cut edge tiles
+@pytest.mark.parametrize("size", [(640, 480), (330, 250)])  # rows of 8-byte words; of 2-byte ones
+def test_a_typing_trajectory_arrives_exact_and_each_turn_carries_only_the_changed_tiles(size):
+    shots = desktop_screens(*size, 10)  # 10 x 8 tiles of 64 px (6 x 4), with cut edge tiles
     sender, receiver = TileSender(), TileReceiver(64 * 2**20)
     for turn, shot in enumerate(shots):
         message, pixels = _ship(sender, receiver, shot)
         assert pixels is not None and pixels.tobytes() == shot.tobytes()
+        assert not pixels.flags.writeable  # the next screen's base: nobody may draw into it
+        assert np.array_equal(message.hashes, tile_grid(TileCodec(), shot)[message.changed])
         if turn == 0:
             assert message.base is None and len(message.carried) == len(set(map(bytes, message.hashes)))
             continue
         assert message.base == content_hash(shots[turn - 1])
         assert message.changed.tolist() == _changed_tiles(shots[turn - 1], shot)
         assert message.nbytes < shot.nbytes / 100
+
+
+@pytest.mark.parametrize("width", [320, 330, 331])  # rows compared in 8-, 2- and 1-byte words
+def test_a_tile_with_one_changed_byte_anywhere_is_found_changed(width):
+    before = np.random.default_rng(0).integers(0, 256, (130, width, 3), dtype=np.uint8)
+    corners = [(0, 0, 0), (63, 63, 2), (64, 64, 0), (127, 191, 1), (128, 192, 1), (129, width - 1, 2)]
+    for y, x, channel in corners:
+        after = before.copy()
+        after[y, x, channel] ^= 1
+        assert TileCodec().changed(before, after).tolist() == _changed_tiles(before, after), (y, x, channel)
+    after = before.copy()
+    after[[5, 70, 129], [300, 10, width - 1]] = 0
+    assert TileCodec().changed(before, after).tolist() == _changed_tiles(before, after)
+
+
+def test_a_screen_drawn_over_the_last_one_in_place_still_arrives_exact():
+    shots = desktop_screens(320, 240, 4)
+    sender, receiver = TileSender(), TileReceiver(64 * 2**20)
+    screen = np.empty_like(shots[0])  # a harness that draws every screen into one buffer
+    for shot in shots:
+        screen[...] = shot
+        message, pixels = _ship(sender, receiver, screen)
+        assert pixels.tobytes() == shot.tobytes()
+    assert len(message.changed) > 0
 
 
 def test_a_screen_seen_before_costs_its_changed_positions_but_no_pixels():
@@ -59,7 +89,7 @@ def test_a_receiver_without_the_base_or_a_tile_misses_until_the_sender_starts_ov
     _, pixels = _ship(sender, TileReceiver(64 * 2**20), shots[1])
     assert pixels.tobytes() == shots[1].tobytes()
 
-    tiny = TileReceiver(max_bytes=2 * 64 * 64 * 3)  # holds two tiles: the base's others are dropped
+    tiny = TileReceiver(max_bytes=2 * 64 * 64 * 3)  # holds two tiles (and no screen): the base's others are dropped
     sender = TileSender()
     _, first = _ship(sender, tiny, shots[2])
     assert first.tobytes() == shots[2].tobytes()  # an image always assembles from what it carries
