@@ -24,12 +24,13 @@ def sparse_blocks(language_model: nn.Module) -> list[nn.Module]:
 
 
 def record_dtype(num_experts: int) -> np.dtype:
-    """The smallest unsigned dtype that holds every expert id + 1."""
-    if num_experts < 2**8 - 1:
+    """The smallest dtype the store takes (``store.SUPPORTED_DTYPES``: no uint16) that holds every
+    expert id + 1."""
+    if num_experts < 2**8:
         return np.dtype(np.uint8)
-    if num_experts < 2**16 - 1:
-        return np.dtype(np.uint16)
-    raise ValueError(f"{num_experts} experts; a routing record holds at most {2**16 - 2}")
+    if num_experts < 2**15:
+        return np.dtype(np.int16)
+    raise ValueError(f"{num_experts} experts; a routing record holds at most {2**15 - 1}")
 
 
 def encode(ids: torch.Tensor, num_experts: int) -> np.ndarray:

@@ -105,8 +105,8 @@ ROUTED_EXPERTS = f"{EXTRA_PREFIX}routed_experts"
 """``(tokens, moe_layers, top_k)`` per token: the experts each mixture-of-experts layer of the
 rollout's forward sent the token to, as expert id + 1, so that 0 (an all-zero row, the window's
 padding too) means no record: the trajectory's last token, which no forward fed back, and tokens
-the engine served from a prefix cached for an earlier context. ``uint8`` up to 254 experts, else
-``uint16`` (``models.routing``). The embedded engine reports it with ``record_routing``, prompt
+the engine served from a prefix cached for an earlier context. ``uint8`` up to 255 experts, else
+``int16`` (``models.routing``). The embedded engine reports it with ``record_routing``, prompt
 tokens included; the trainer replays it under ``loss.routing_replay='rollout'``."""
 
 ROLLOUT_FIELDS = (TOKEN_IDS, LOGPROBS, LOSS_MASK)

@@ -136,7 +136,7 @@ def micro_batch_inputs(
         **{name: shifted[name][mine] if name in shifted else None for name in _OPTIONAL},
         temperature=_on_mask(shifted, SAMPLING_TEMPERATURE, mask[mine], mine, np.float32, 1),
         nucleus=_on_mask(shifted, SAMPLING_NUCLEUS, mask[mine], mine, np.int64, 0),
-        routing=shard.extras[ROUTED_EXPERTS] if replay_routing and routing is not None else None,
+        routing=np.array(shard.extras[ROUTED_EXPERTS]) if replay_routing and routing is not None else None,  # a writable copy
         seq_loss_tokens=seq_tokens[mine].astype(np.float64),
         shard_segments=seg[mine],
         turn_ids=turn_ids[mine],

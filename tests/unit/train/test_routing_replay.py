@@ -145,7 +145,7 @@ def test_replay_gives_the_rollouts_logprobs_and_routes_a_stale_policy_as_recorde
 
     model = family("qwen3_vl_moe").load(path).eval()
     model.load_state_dict(policy.model.state_dict())
-    ids = torch.as_tensor(stored["token_ids"], dtype=torch.long)[None]
+    ids = torch.from_numpy(stored["token_ids"].astype(np.int64))[None]
     vision = processor.image_processor(images=[shot], return_tensors="pt")
     with torch.no_grad(), _imposed_routing(torch.from_numpy(routed)):
         imposed = model(
