@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tests.cpu_cost import pytest_runtest_makereport, pytest_runtest_protocol, pytest_terminal_summary  # noqa: F401 (hooks)
+
 # Tests only: the many short-lived local Rays of a test run go without tokens (vlrl itself never
 # turns Ray's token authentication off; scripts/test.sh exports the same for CI).
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
