@@ -34,7 +34,7 @@ from transformers import AutoProcessor
 from vlrl.mm import content_hash, patch_rule_of
 from vlrl.models import build_tiny
 from vlrl.models.routing import decode
-from vlrl.pack import Layout, cut_window
+from vlrl.pack import Layout, MicroBatchPlanner, cut_window
 from vlrl.records import ADVANTAGES, ROUTED_EXPERTS
 from vlrl.rollout.chat import Segment
 from vlrl.rollout.client import ContextImage
@@ -45,7 +45,6 @@ from vlrl.store import LocalStore
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer import Trainer
-from vlrl.pack import MicroBatchPlanner
 
 
 def turn(processor, text: str, shot: np.ndarray | None, *, first: bool) -> np.ndarray:

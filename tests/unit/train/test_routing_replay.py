@@ -6,62 +6,32 @@ weights of its own router, as a transformers forward with that routing imposed d
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from transformers import AutoProcessor
-from transformers.models.qwen3_vl_moe import modeling_qwen3_vl_moe
 
-from tests.helpers.chat import part, request, run_core, screen, user_turn
-from vlrl.mm import patch_rule_of
+from tests.helpers.moe_rollout import forward_logits, sampled_moe_trajectory
 from vlrl.models import build_tiny, family
 from vlrl.models.routing import decode
 from vlrl.pack import Layout, MicroBatchPlanner, cut_window
 from vlrl.records import LOGPROBS, ROUTED_EXPERTS, fields_for
-from vlrl.rollout.chat import Segment
-from vlrl.rollout.client import ContextImage
-from vlrl.rollout.protocol import SamplingParams
-from vlrl.rollout.trajectory import Trajectory
 from vlrl.store import LocalStore
 from vlrl.train.mrope import sequence_mrope
 from vlrl.train.packed_attention import PackedMask
 from vlrl.train.policy_model import PolicyModel
 from vlrl.train.targets import micro_batch_inputs
 
-SAMPLING = SamplingParams(temperature=1.0, max_tokens=12, seed=5)
-
 
 @pytest.fixture(scope="module")
 def rollout(tmp_path_factory):
-    """The tiny MoE checkpoint, its processor, and a two-turn trajectory it sampled with routing
-    recorded, stored: ``(path, processor, store, meta, shot)``."""
+    """``(path, processor, store, meta, shot)``: the tiny MoE and its stored two-turn trajectory."""
     path = build_tiny("qwen3_vl_moe", tmp_path_factory.mktemp("moe"))
     processor = AutoProcessor.from_pretrained(path)
-    shot = screen(160, 96, 7)
-    first = user_turn(processor, "click the Save button", [shot])
-    offset = int(np.flatnonzero(first == processor.tokenizer.convert_tokens_to_ids("<|image_pad|>"))[0])
-    trajectory = Trajectory("t")
-
-    async def body(core):
-        trajectory.set_context(Segment(first.tolist(), [offset]), [ContextImage.of(shot)])
-        trajectory.add_generated(await core.generate(request(first, (part(shot),), trajectory="t", sampling=SAMPLING)))
-        second = np.concatenate([trajectory.current.prompt_array(), user_turn(processor, "now press Enter", [], first=False)])
-        trajectory.set_context(Segment(second.tolist(), [offset]), [ContextImage.of(shot)])
-        result = await core.generate(request(second, (part(shot, send=False),), trajectory="t", sampling=SAMPLING))
-        assert result.reused_prefix_tokens > 0  # the second turn continued the first's KV prefix
-        trajectory.add_generated(result)
-
-    run_core(path, body, record_routing=True)
     store = LocalStore()
-    (meta,) = trajectory.finish(
-        store, key="seq", group_id="g", source="s", sample_index=0, reward=1.0, success=True, finish="done",
-        patch_rule=patch_rule_of(processor),
-    )  # fmt: skip
-    store.add_fields(meta.key, {"advantages": np.ones(meta.num_tokens, np.float32)})
+    meta, shot = sampled_moe_trajectory(path, processor, store)
     return path, processor, store, meta, shot
 
 
@@ -92,29 +62,6 @@ def _logprobs(logits: torch.Tensor, inputs) -> torch.Tensor:
     return torch.log_softmax(logits.float(), -1).gather(1, targets[:, None])[:, 0][on]
 
 
-@contextmanager
-def _imposed_routing(records: torch.Tensor):
-    """transformers' own router, made to send the tokens of a ``(T,)`` forward to the recorded
-    experts ``records`` ``(T, layers, k)`` (ids + 1; 0: its own pick), weights from its softmax
-    renormalised over them: the reference of replay, independent of ``train.moe``."""
-    router = modeling_qwen3_vl_moe.Qwen3VLMoeTextTopKRouter
-    own, layer = router.forward, iter(range(records.shape[1]))
-
-    def forward(self, hidden_states):
-        logits = F.linear(hidden_states.reshape(-1, self.hidden_dim), self.weight)
-        probs = torch.softmax(logits, dim=-1, dtype=torch.float)
-        recorded = decode(records[:, next(layer)])
-        ids = torch.where((recorded >= 0).all(-1, keepdim=True), recorded, probs.topk(self.top_k, -1).indices)
-        picked = probs.gather(1, ids)
-        return logits, (picked / picked.sum(-1, keepdim=True)).to(logits.dtype), ids
-
-    router.forward = forward
-    try:
-        yield
-    finally:
-        router.forward = own
-
-
 def test_replay_gives_the_rollouts_logprobs_and_routes_a_stale_policy_as_recorded(rollout):
     path, processor, store, meta, shot = rollout
     stored = store.get([meta.key], [ROUTED_EXPERTS, LOGPROBS, "loss_mask", "token_ids"])[meta.key]
@@ -136,31 +83,18 @@ def test_replay_gives_the_rollouts_logprobs_and_routes_a_stale_policy_as_recorde
     with torch.no_grad():
         for param in policy.parameters():
             param += 1e-3 * torch.randint(0, 2, param.shape, generator=generator).mul(2).sub(1)
-        own_logits, own_inputs = _replayed_forward(policy, rollout, replay=False)
+        own_logits, _ = _replayed_forward(policy, rollout, replay=False)
         own = torch.stack([block.router_logits.topk(k, -1).indices.sort(-1).values for block in policy.routed], 1)
-        replay_logits, replay_inputs = _replayed_forward(policy, rollout, replay=True)
+        replay_logits, _ = _replayed_forward(policy, rollout, replay=True)
     recorded = decode(torch.from_numpy(routed[:-1])).sort(-1).values
     differing = (own[: meta.num_tokens - 1] != recorded).any(-1).float().mean().item()  # of token-layer routings
     assert differing > 0.02, differing  # without replay a measurable share goes to other experts
 
     model = family("qwen3_vl_moe").load(path).eval()
     model.load_state_dict(policy.model.state_dict())
-    ids = torch.from_numpy(stored["token_ids"].astype(np.int64))[None]
-    vision = processor.image_processor(images=[shot], return_tensors="pt")
-    with torch.no_grad(), _imposed_routing(torch.from_numpy(routed)):
-        imposed = model(
-            input_ids=ids, pixel_values=vision["pixel_values"], image_grid_thw=vision["image_grid_thw"],
-            mm_token_type_ids=(ids == policy.image_token_id).int(),
-        ).logits[0]  # fmt: skip
+    imposed = forward_logits(model, processor, stored["token_ids"], shot, routed)
     torch.testing.assert_close(replay_logits, imposed, rtol=0, atol=1e-5)
     assert (own_logits - imposed).abs().max() > 1e-3  # the replayed routing changed the forward
-    gap_on = np.abs(_logprobs(replay_logits, replay_inputs).numpy() - old)
-    gap_off = np.abs(_logprobs(own_logits, own_inputs).numpy() - old)
-    print(
-        f"one step stale: {differing:.1%} of {recorded.shape[0] * layers} token-layer routings differ; |logprob gap| on"
-        f" {len(old)} sampled tokens, replay off: mean {gap_off.mean():.3g} max {gap_off.max():.3g};"
-        f" replay on: mean {gap_on.mean():.3g} max {gap_on.max():.3g}"
-    )
 
 
 def test_replay_refuses_a_window_without_records(rollout):
