@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
+import numpy as np
 from ray.exceptions import RayActorError, RayTaskError
 
 from vlrl.harness import Action, ActionError, Observation, StepResult
@@ -69,6 +70,7 @@ class EnvSession:
         self._codebase = assignment.codebase
         self._run_blocking = run_blocking
         self._screens = new_receiver()
+        self._named: tuple[np.ndarray, str] | None = None  # the last screen assembled, and its content hash
         self.instance_id = instance_id
 
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict]:
@@ -79,6 +81,14 @@ class EnvSession:
         obs, *rest = await _call(self._host, self._codebase, "step", self.instance_id, action)
         return (await self._observation(obs), *rest)
 
+    def content_hash(self, screenshot: np.ndarray) -> str | None:
+        """The content hash of ``screenshot`` when it is the last screen this session assembled
+        (the env host hashed it: no need to hash it again), else None. Assembled screens are
+        read-only, so the name stays true."""
+        if self._named is None or self._named[0] is not screenshot:
+            return None
+        return self._named[1]
+
     async def _observation(self, obs: Observation | ShippedObservation) -> Observation:
         if isinstance(obs, Observation):
             return obs
@@ -86,6 +96,7 @@ class EnvSession:
         if assembled is None:  # the receiver dropped tiles this screen needs: get it whole
             obs = await _call(self._host, self._codebase, "resend", self.instance_id)
             assembled = await self._run_blocking(obs.observation, self._screens)
+        self._named = (assembled.screenshot, obs.screen.key)
         return assembled
 
     async def oracle(self) -> Action | None:

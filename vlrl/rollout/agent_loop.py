@@ -81,7 +81,7 @@ class AgentLoop:
         screens = ScreenHistory(agent, runtime.patch_rule)
 
         async def policy(obs: Observation, note: str) -> Move:
-            screen = await ctx.to_thread(screens.add, obs.screenshot)
+            screen = await ctx.to_thread(screens.add, obs.screenshot, env.content_hash(obs.screenshot))
             turns.append(ChatTurn(note, (screen.width, screen.height)))
             shown, images = await ctx.to_thread(screens.shown)
             context = await ctx.to_thread(chat.context, turns, shown)

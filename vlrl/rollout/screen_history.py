@@ -31,10 +31,12 @@ class ScreenHistory:
         """Every turn's screenshot, whole."""
         self._small: dict[int, ContextImage] = {}
 
-    def add(self, screenshot: np.ndarray) -> ContextImage:
-        """The screenshot of the next turn."""
-        self.images.append(ContextImage.of(screenshot))
-        return self.images[-1]
+    def add(self, screenshot: np.ndarray, known_hash: str | None = None) -> ContextImage:
+        """The screenshot of the next turn; ``known_hash``: its content hash where the caller has
+        it (``EnvSession.content_hash``), so a 1080p screen is not hashed again (1 ms)."""
+        image = ContextImage(known_hash, screenshot) if known_hash is not None else ContextImage.of(screenshot)
+        self.images.append(image)
+        return image
 
     def shown(self) -> tuple[list[Shown], list[ContextImage]]:
         """What each turn's message shows (``ChatFormat.context``'s ``shown``) and the images of

@@ -1,6 +1,6 @@
 """Screens from a real env host actor to a tenant's session as tiles: the same observations a
-local harness gives, bit for bit, a step's message a small fraction of its screenshot, and a
-session that dropped its tiles gets the screen again whole."""
+local harness gives, bit for bit, named by their content hashes, a step's message a small
+fraction of its screenshot, and a session that dropped its tiles gets the screen again whole."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pickle
 
 from harnesses.desktop.harness import DesktopHarness
 from vlrl.harness import Action, resolve
+from vlrl.mm import content_hash
 from vlrl.pool import HostConfig
 from vlrl.pool.env_host import EnvHost
 from vlrl.pool.screens import ShippedObservation, new_receiver
@@ -38,25 +39,29 @@ def test_a_session_gets_the_local_harness_screens_exactly_from_a_fraction_of_the
         await host.open.remote("t/0", SETTINGS)
         session = EnvSession(EnvAssignment(host, "desktop"), "t/0", _blocking)
         obs, _ = await session.reset(seed=3)
-        shots, sizes = [obs.screenshot], []
+        shots, names, sizes = [obs.screenshot], [session.content_hash(obs.screenshot)], []
         oracle = await session.oracle()
         shots.append((await session.step(oracle))[0].screenshot)
         for i, char in enumerate(TYPED):
             if i == 5:  # the session drops every tile it held: the next screen is resent whole
                 session._screens = new_receiver()
             shots.append((await session.step(Action.type(char)))[0].screenshot)
+            names.append(session.content_hash(shots[-1]))
+        assert session.content_hash(shots[-1].copy()) is None  # only the screen it assembled is named
         # What crosses for one more step, taken straight from the host (then assembled locally).
         raw, *_ = await host.step.remote("t/0", Action.type("!"))
         assert isinstance(raw, ShippedObservation)
         sizes.append(len(pickle.dumps(raw, protocol=5)))
-        return shots, sizes
+        return shots, names, sizes
 
     try:
-        shots, sizes = asyncio.run(play())
+        shots, names, sizes = asyncio.run(play())
     finally:
         ray_session.kill(host)
     assert len(shots) == len(expected)
     assert all(a.tobytes() == b.tobytes() for a, b in zip(shots, expected))
+    # The env host's names of the screens are their content hashes: the loop need not hash them again.
+    assert names == [content_hash(shot) for shot in [shots[0], *shots[2:]]]
     assert sizes[0] < expected[0].nbytes / 50
 
 
