@@ -9,8 +9,8 @@ what replay changes between the rollout's logprobs and the trainer's.
 3. Mismatch: a real ``Trainer`` (one gloo rank, float32, one micro-batch) scores the rollouts at
    the rollout's own weights, takes one AdamW step on them (lr ``--lr``), and scores them again
    one version stale, with ``loss.routing_replay`` off and on: the step's ``logprob_mismatch``
-   (mean and max |trainer - rollout| over the sampled tokens) and the share of recorded
-   token-layer routings whose top-k set the trainer's own router changes.
+   (mean and max |trainer - rollout| over the sampled tokens), and the shares of recorded
+   token-layer routings, and of tokens in any layer, whose top-k set the trainer's own router changes.
 
     .venv/bin/python scripts/routing_replay.py [--trajectories 8] [--lr 1e-3]
 
@@ -131,12 +131,16 @@ def mismatch(path: Path, store: LocalStore, metas, *, replay: bool, lr: float) -
     k = records.shape[-1]
     own = torch.stack([b.router_logits[: window.num_tokens].topk(k, -1).indices.sort(-1).values for b in trainer.model.routed], 1)
     recorded = (records >= 0).all(-1)  # (T, L)
-    changed = ((own != records).any(-1) & recorded).sum().item() / recorded.sum().item()
+    moved = (own != records).any(-1) & recorded  # (T, L)
+    changed = moved.sum().item() / recorded.sum().item()
+    tokens = recorded.all(-1)
     trainer.close()
     return {
         "fresh_mean": fresh["logprob_mismatch"], "fresh_max": fresh["logprob_mismatch_max"],
         "stale_mean": stale["logprob_mismatch"], "stale_max": stale["logprob_mismatch_max"],
-        "stale_routings_changed": changed, "routings": int(recorded.sum()), "sampled_tokens": int(stale["tokens"]),
+        "stale_routings_changed": changed, "routings": int(recorded.sum()),
+        "stale_tokens_rerouted": (moved.any(-1) & tokens).sum().item() / tokens.sum().item(), "recorded_tokens": int(tokens.sum()),
+        "sampled_tokens": int(stale["tokens"]),
     }  # fmt: skip
 
 

@@ -38,8 +38,8 @@ from encoders.protocol import VisionEncoder
 from encoders.spec import STATE_PREFIX
 from vlrl.models import family_of
 from vlrl.models.adapters import MergedAdapters, split_push
-from vlrl.rollout.engine.images import ProcessedImage
 from vlrl.records import EXTRA_PREFIX, ROUTED_EXPERTS
+from vlrl.rollout.engine.images import ProcessedImage
 from vlrl.rollout.engine.prefix import ImageSpan, KVPrefix
 from vlrl.rollout.engine.routing import RoutingRecorder
 from vlrl.rollout.engine.sampling import generator_for, sample, sampled_extras
