@@ -54,7 +54,7 @@ def turn(processor, text: str, shot: np.ndarray | None, *, first: bool) -> np.nd
     return processor(text=[chat], images=[shot] if shot is not None else None, return_tensors="np")["input_ids"][0].astype(np.int32)
 
 
-def sample(path: Path, processor, trajectories: int, *, record: bool) -> tuple[LocalStore, list]:
+def sample(path: Path, processor, trajectories: int, *, record: bool, dtype: str) -> tuple[LocalStore, list]:
     """``trajectories`` two-turn trajectories sampled and stored; returns the store and their metas."""
     rng = np.random.default_rng(0)
     shots = [rng.integers(0, 256, (96 + 16 * (i % 3), 160, 3), dtype=np.uint8) for i in range(trajectories)]
@@ -77,7 +77,7 @@ def sample(path: Path, processor, trajectories: int, *, record: bool) -> tuple[L
         return trajectory
 
     async def main() -> list[Trajectory]:
-        core = EngineCore(EmbeddedEngine.Config(record_routing=record, max_batch=trajectories), str(path))
+        core = EngineCore(EmbeddedEngine.Config(record_routing=record, max_batch=trajectories, dtype=dtype), str(path))
         try:
             return await asyncio.gather(*(one(core, i) for i in range(trajectories)))
         finally:
@@ -113,18 +113,9 @@ def payload_bytes(store: LocalStore, metas) -> dict[str, float]:
     }
 
 
-def mismatch(path: Path, store: LocalStore, metas, *, replay: bool, lr: float) -> dict[str, float]:
-    """The trainer's logprob gap to the rollout at the rollout's weights and one step later, and
-    the share of token-layer routings the trainer's own router would change one step later."""
-    config = Trainer.Config(
-        dtype="float32", loss=PolicyLoss.Config(kind="grpo", routing_replay="rollout" if replay else "off", mismatch_warn=None),
-        optim=Optimizer.Config(lr=lr, max_grad_norm=1e9),
-        micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=100_000),
-    )  # fmt: skip
-    trainer = config.build(model_path=str(path), store=store, layout=Layout(1))
-    fresh = trainer.forward_backward(metas)
-    trainer.apply_gradients()
-    stale = trainer.forward_backward(metas)
+def rerouted(trainer: Trainer, store: LocalStore, metas) -> dict[str, float]:
+    """Shares of the recorded token-layer routings, and of the recorded tokens in any layer, whose
+    top-k set the trainer's own router (its last forward, of the one micro-batch) picks differently."""
     (mb,) = trainer.planner.plan(metas, 1).ranks[0]
     window = cut_window(store, Layout(1), mb, 0, {m.key: m for m in metas}, ("token_ids", "loss_mask"))
     records = decode(torch.from_numpy(window.extras[ROUTED_EXPERTS][: window.num_tokens].copy())).sort(-1).values  # (T, L, k)
@@ -132,14 +123,33 @@ def mismatch(path: Path, store: LocalStore, metas, *, replay: bool, lr: float) -
     own = torch.stack([b.router_logits[: window.num_tokens].topk(k, -1).indices.sort(-1).values for b in trainer.model.routed], 1)
     recorded = (records >= 0).all(-1)  # (T, L)
     moved = (own != records).any(-1) & recorded  # (T, L)
-    changed = moved.sum().item() / recorded.sum().item()
     tokens = recorded.all(-1)
+    return {
+        "routings_changed": moved.sum().item() / recorded.sum().item(),
+        "tokens_rerouted": (moved.any(-1) & tokens).sum().item() / tokens.sum().item(),
+    }
+
+
+def mismatch(path: Path, store: LocalStore, metas, *, replay: bool, lr: float) -> dict[str, float]:
+    """The trainer's logprob gap to the rollout at the rollout's weights and one step later, and
+    the shares of routings the trainer's own router changes there."""
+    config = Trainer.Config(
+        dtype="float32", loss=PolicyLoss.Config(kind="grpo", routing_replay="rollout" if replay else "off", mismatch_warn=None),
+        optim=Optimizer.Config(lr=lr, max_grad_norm=1e9),
+        micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=100_000),
+    )  # fmt: skip
+    trainer = config.build(model_path=str(path), store=store, layout=Layout(1))
+    fresh = trainer.forward_backward(metas)
+    fresh_routes = rerouted(trainer, store, metas)
+    trainer.apply_gradients()
+    stale = trainer.forward_backward(metas)
+    stale_routes = rerouted(trainer, store, metas)
     trainer.close()
     return {
         "fresh_mean": fresh["logprob_mismatch"], "fresh_max": fresh["logprob_mismatch_max"],
+        **{f"fresh_{name}": value for name, value in fresh_routes.items()},
         "stale_mean": stale["logprob_mismatch"], "stale_max": stale["logprob_mismatch_max"],
-        "stale_routings_changed": changed, "routings": int(recorded.sum()),
-        "stale_tokens_rerouted": (moved.any(-1) & tokens).sum().item() / tokens.sum().item(), "recorded_tokens": int(tokens.sum()),
+        **{f"stale_{name}": value for name, value in stale_routes.items()},
         "sampled_tokens": int(stale["tokens"]),
     }  # fmt: skip
 
@@ -148,22 +158,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trajectories", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--engine-dtype", default="float32", choices=["float32", "bfloat16"], help="the trainer computes in float32")
     args = parser.parse_args()
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         path = build_tiny("qwen3_vl_moe", Path(tmp) / "moe")
         processor = AutoProcessor.from_pretrained(path)
-        recorded, metas = sample(path, processor, args.trajectories, record=True)
-        plain, plain_metas = sample(path, processor, args.trajectories, record=False)
+        recorded, metas = sample(path, processor, args.trajectories, record=True, dtype=args.engine_dtype)
+        plain, plain_metas = sample(path, processor, args.trajectories, record=False, dtype=args.engine_dtype)
         assert [m.num_tokens for m in metas] == [m.num_tokens for m in plain_metas]  # the same draws
         dist.init_process_group("gloo", init_method=f"file://{tmp}/rdzv", rank=0, world_size=1)
         try:
             out = {
                 "model": "tiny qwen3_vl_moe (2 sparse layers, 4 experts, top-2)",
                 "tokens": sum(m.num_tokens for m in metas),
+                "recorded_routings": int(sum((recorded.get([m.key], [ROUTED_EXPERTS])[m.key][ROUTED_EXPERTS] > 0).all(-1).sum() for m in metas)),
                 "bytes_with_routing": payload_bytes(recorded, metas),
                 "bytes_without_routing": payload_bytes(plain, plain_metas),
                 "lr": args.lr,
+                "engine_dtype": args.engine_dtype,
                 "replay_off": mismatch(path, recorded, metas, replay=False, lr=args.lr),
                 "replay_on": mismatch(path, recorded, metas, replay=True, lr=args.lr),
             }
