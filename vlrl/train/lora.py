@@ -13,6 +13,9 @@ suffix, as PEFT's ``target_modules`` list matches them (``q_proj``, ``attn.qkv``
 looked for only under that part's prefixes (``PARTS``). Every pattern must name at least one
 linear layer of the model, or the build fails naming the field and the layers it could have
 meant.
+
+Under tensor parallelism each adapter is split as its layer is (``tp_plan``), so a TP rank
+computes its share of ``y`` with the base's own communication.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Annotated
 
 import torch
 from torch import nn
+from torch.distributed.tensor import Shard, distribute_module
+from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, SequenceParallel
 
 from vlrl.atomic import atomic_path
 from vlrl.config import ConfigError, Ge, Gt, Lt
@@ -223,6 +228,40 @@ class LoRA:
         with atomic_path(path / ADAPTER_CONFIG) as tmp:
             tmp.write_text(json.dumps(settings, indent=2, default=_jsonable))
         return path
+
+
+def tp_plan(parent: nn.Module, name: str, style: ColwiseParallel | RowwiseParallel) -> dict[str, ParallelStyle]:
+    """The TP plan of ``parent``'s linear layer ``name``: ``{name: style}``, or, when the layer is
+    a PEFT LoRA layer (``y = W x + s B A x``), ``style`` on its frozen ``base_layer`` and its
+    adapters split so that each rank's share of ``y`` needs no other communication than the base's:
+
+    * column-parallel (``W`` split on its output dim; the input ``x`` a replicated DTensor):
+      ``A`` ``(r, in)`` replicated, ``B`` column-parallel ``(out / tp, r)``: rank ``k``'s output
+      columns get ``B_k (A x)``;
+    * row-parallel (``W`` split on its input dim, ``x`` this rank's slice of it, the output
+      reduce-scattered to sequence shards; ``style`` must say ``output_layouts=Shard(1)``):
+      ``A`` row-parallel ``(r, in / tp)``, its partial sums ``A_k x_k`` reduce-scattered to this
+      rank's tokens as the base's are, then ``B`` ``(out, r)`` replicated, applied token by token.
+
+    Each product is then the single-process one but for the order of the sums over the TP split
+    (parallel == serial to float rounding), and the extra traffic is the rank-``r`` intermediate
+    of the row-parallel layers. Keeping both adapters replicated instead would gather a
+    row-parallel layer's whole input (the MLP's width) on every rank and slice its output. The
+    replicated adapter's gradient is summed over the TP ranks by DTensor, as a norm's is."""
+    module = parent.get_submodule(name)
+    if not hasattr(module, "base_layer"):
+        return {name: style}
+    a, b = f"{name}.lora_A.{ADAPTER}", f"{name}.lora_B.{ADAPTER}"
+    if isinstance(style, ColwiseParallel):
+        return {f"{name}.base_layer": style, a: _Replicated(), b: ColwiseParallel()}
+    return {f"{name}.base_layer": style, a: RowwiseParallel(output_layouts=Shard(1)), b: SequenceParallel(use_local_output=True)}
+
+
+class _Replicated(ParallelStyle):
+    """Parameters replicated over the TP mesh; the input is already a (replicated) DTensor."""
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        return distribute_module(module, device_mesh)
 
 
 def _jsonable(value: object) -> object:

@@ -15,9 +15,10 @@ LLM backbone is the model's own modules, called layer by layer on one CP window:
 Parallelism uses PyTorch's engines: DTensor ``parallelize_module`` with the torchtitan plan
 (norms ``SequenceParallel``; q/k/v, gate/up column-wise; o/down row-wise back to sequence
 shards; embeddings row-wise; LM head column-wise, then redistributed from vocab shards to sequence
-shards), and FSDP2 ``fully_shard`` of every layer, the embeddings, the final norm and the head
-over the flattened DP x CP mesh with summed (not averaged) gradients. The encoder is replicated
-and its gradients are summed over the world (``sync_encoder_grads``).
+shards; LoRA adapters split as their layers are, ``lora.tp_plan``), and FSDP2 ``fully_shard`` of
+every layer, the embeddings, the final norm and the head over the flattened DP x CP mesh with
+summed (not averaged) gradients. The encoder is replicated and its gradients are summed over the
+world (``sync_encoder_grads``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from encoders.protocol import VisionEncoder
 from encoders.spec import STATE_PREFIX
 from vlrl.models import family_of
 from vlrl.train.linear_attention import reset_at_segment_borders
+from vlrl.train.lora import tp_plan
 from vlrl.train.moe import RoutedExperts, balance_loss, route_through_trainer
 from vlrl.train.packed_attention import ATTENTION_NAME, PackedMask
 from vlrl.train.parallel import Parallel
@@ -98,7 +100,10 @@ class PolicyModel(nn.Module):
             if count % layout.tp:
                 raise ValueError(f"tp={layout.tp} does not divide the model's {count} {name}")
         if layout.tp > 1:
+            frozen = {name for name, param in self.named_parameters() if not param.requires_grad}
             self._apply_tp(parallel.tp_mesh)
+            for name, param in self.named_parameters():  # SequenceParallel's replicated norms come back
+                param.requires_grad_(name not in frozen)  # trainable; LoRA's frozen ones must stay frozen
         if layout.dp * layout.cp > 1:
             for module in [*self.lm.layers, self.lm.embed_tokens, self.lm.norm, self.model.lm_head]:
                 fully_shard(module, mesh=parallel.dp_cp_mesh, reshard_after_forward=False)
@@ -123,19 +128,19 @@ class PolicyModel(nn.Module):
                 "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Shard(1),), use_local_output=True),
             } if sparse else {
                 "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-                "mlp.gate_proj": ColwiseParallel(),
-                "mlp.up_proj": ColwiseParallel(),
-                "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+                **tp_plan(layer, "mlp.gate_proj", ColwiseParallel()),
+                **tp_plan(layer, "mlp.up_proj", ColwiseParallel()),
+                **tp_plan(layer, "mlp.down_proj", RowwiseParallel(output_layouts=Shard(1))),
             }  # fmt: skip
             parallelize_module(layer, tp_mesh, {
                 "input_layernorm": SequenceParallel(),
                 "self_attn": PrepareModuleInput(
                     input_kwarg_layouts={"hidden_states": Shard(1)}, desired_input_kwarg_layouts={"hidden_states": Replicate()}
                 ),
-                "self_attn.q_proj": ColwiseParallel(),
-                "self_attn.k_proj": ColwiseParallel(),
-                "self_attn.v_proj": ColwiseParallel(),
-                "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+                **tp_plan(layer, "self_attn.q_proj", ColwiseParallel()),
+                **tp_plan(layer, "self_attn.k_proj", ColwiseParallel()),
+                **tp_plan(layer, "self_attn.v_proj", ColwiseParallel()),
+                **tp_plan(layer, "self_attn.o_proj", RowwiseParallel(output_layouts=Shard(1))),
                 "post_attention_layernorm": SequenceParallel(),
                 **mlp,
                 # Qwen3's per-head q/k norms see this rank's heads, (B, T, heads / tp, head_dim):

@@ -504,8 +504,8 @@ class Trainer:
 
 def check_lora_fits(lora: LoRA.Config, layout: Layout, encoder: EncoderSpec | None) -> None:
     """What LoRA needs of the rest of the trainer; ConfigError naming the field."""
-    if layout.tp > 1:
-        raise ConfigError("lora.rank", lora.rank, f"0 with layout.tp = {layout.tp}: LoRA runs under DP and CP (FSDP2), not yet TP")
+    if layout.tp > 1 and lora.dropout > 0:  # the TP ranks of a column-parallel layer share one input
+        raise ConfigError("lora.dropout", lora.dropout, f"0 with layout.tp = {layout.tp}: TP ranks draw their own dropout masks")
     if encoder is not None:
         raise ConfigError("lora.rank", lora.rank, "0 with a plug-in encoder (trainer.encoder): LoRA adapts the checkpoint's own tower")
 

@@ -1,9 +1,10 @@
-"""LoRA (issue 38) on gloo processes: one step under DP 2 (FSDP2) and CP 2 equals a plain
-single-process Hugging Face + PEFT forward of each sequence (loss, adapter gradients, adapters
-after the step), every frozen weight stays bit-identical, a push carries only the adapters (the
-first one also the whole base) and leaves an embedded engine built from other weights scoring as
-the trainer's model does, and the checkpoint's PEFT folder
-reloads on the family's transformers class with the same logits.
+"""LoRA (issue 38) on gloo processes: one step under DP 2 (FSDP2), CP 2 and TP 2 (adapters split
+as their layers, ``lora.tp_plan``) equals a plain single-process Hugging Face + PEFT forward of
+each sequence (loss, adapter gradients, adapters after the step), every frozen weight stays
+bit-identical, a push (gathered from DP or TP shards) carries only the adapters (the first one
+also the whole base) and leaves an embedded engine built from other weights scoring as the
+trainer's model does, and the checkpoint's PEFT folder reloads on the family's transformers class
+with the same logits.
 
 The adapters' ``B`` is set to non-zero values before the step (PEFT starts it at 0, where ``A``'s
 gradient is 0 and engine == trainer holds trivially)."""
@@ -40,7 +41,7 @@ LORAS = {
     "qwen3_vl": LoRA.Config(rank=4, alpha=8, llm_modules=("q_proj", "down_proj"), tower_modules=("attn.proj",),
                             merger_modules=("linear_fc1",)),  # fmt: skip
 }
-LAYOUTS = [(2, 1, 1), (1, 2, 1)]
+LAYOUTS = [(2, 1, 1), (1, 2, 1), (1, 1, 2)]
 FULL = {"model.language_model.norm.weight", "lm_head.weight"}
 """The weights of qwen2_vl's ``full_modules``: trained in full beside the adapters."""
 
@@ -153,7 +154,8 @@ def test_a_push_carries_only_adapters_and_the_engine_scores_as_the_trainer(lora_
     images = tuple(preprocess(processor.image_processor, part(p)) for p in pixels)
     base = family_of(path).load(path, dtype=torch.float64)
     assert np.abs(runner.score(tokens, images) - reference_token_logprobs(base, processor, tokens, pixels)).max() > 1e-2
-    for push, weights in ((first, got["weights"]), (second, got["second_weights"])):
+    tp = results[(1, 1, 2)]
+    for push, weights in ((first, got["weights"]), (second, got["second_weights"]), (tp["first_push"], tp["weights"])):
         runner.load_weights(push)
         trained = family_of(path).load(path, dtype=torch.float64)
         LORAS[family].build(trained)

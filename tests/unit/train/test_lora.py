@@ -21,7 +21,7 @@ from vlrl.train.lora import LoRA
         (["lora.rank=8", "lora.tower_modules=[attn.qkv, 'attn qkv']"], "lora.tower_modules", "module-name suffixes"),
         (["lora.rank=8", "lora.llm_modules=[q_proj, q_proj]"], "lora.llm_modules", "each pattern once"),
         (["lora.rank=8", "lora.llm_modules=[]"], "lora.llm_modules", "at least one pattern"),
-        (["lora.rank=8", "layout.tp=2"], "lora.rank", "not yet TP"),
+        (["lora.rank=8", "lora.dropout=0.1", "layout.tp=2"], "lora.dropout", "0 with layout.tp = 2"),
         (["lora.dropout=1.0"], "lora.dropout", "< 1"),
         (["lora.rank=-1"], "lora.rank", ">= 0"),
     ],
