@@ -23,9 +23,11 @@ min / median / max, ratios of medians (the sweep's points are single runs, for t
 Figures: Ray actors and processes created, file descriptors held by the GCS server and by all
 Ray processes (read from /proc, peak while running), peak memory of all Ray processes, episodes/s,
 and core-ms per step: the CPU every process of the run (this driver less its /proc sampler, Ray's
-GCS, raylet and workers) computed while it played, over the steps it played. ``ray_hop`` is what
-one Ray call costs that does nothing but what a pool's step call does (wait on a host's thread):
-a step of the pool's costs at least that much more CPU than a step played inside its own actor.
+GCS, raylet and workers) computed while it played, over the steps it played. Of that, the
+harness's own work is the same in every scheme (``harness_core_ms_per_step``, measured by playing
+the episodes in this thread); the rest is each scheme's overhead. ``ray_hop`` is what one Ray call
+costs that does nothing but what a pool's step call does (wait on a host's thread): part of the
+pool's overhead on every step, which a step played inside its own actor never pays.
 """
 
 from __future__ import annotations
@@ -140,14 +142,28 @@ class RolloutActor:
 
     def run(self, seed: int, workload: dict[str, Any]) -> int:
         """Play episode ``seed``; returns the steps it took."""
-        harness = WorkloadHarness(**workload)
-        harness.reset(seed=seed)
-        rng, steps, done = random.Random(seed), 0, False
-        while not done:
-            _, _, done, _, _ = harness.step(random_click(rng))
-            steps += 1
-        harness.close()
-        return steps
+        return play_alone(seed, workload)
+
+
+def play_alone(seed: int, workload: dict[str, Any]) -> int:
+    """Episode ``seed`` played in this thread, no Ray call in it; returns the steps it took."""
+    harness = WorkloadHarness(**workload)
+    harness.reset(seed=seed)
+    rng, steps, done = random.Random(seed), 0, False
+    while not done:
+        _, _, done, _, _ = harness.step(random_click(rng))
+        steps += 1
+    harness.close()
+    return steps
+
+
+def harness_core_ms(n: int, workload: dict[str, Any]) -> float:
+    """Core-ms per step of the harness's own work (drawing and PNG-encoding screens), the same in
+    every scheme: the N episodes played in this thread, their I/O waits cut to nothing (a wait
+    takes no CPU; the same seeds draw the same screens and lengths)."""
+    started = time.thread_time()
+    steps = sum(play_alone(seed, {**workload, "io_median_s": 1e-6}) for seed in range(n))
+    return 1e3 * (time.thread_time() - started) / steps
 
 
 class RaySampler:
@@ -395,6 +411,7 @@ def run(size: str) -> dict[str, Any]:
                 measured[name].append(schemes[name]())
         sweep = _sweep(SIZES[size]["sweep"], workload, {n: measured["per_rollout"][0]})
         hop = _ray_hop(n, SIZES[size]["hop_calls"], workload["io_median_s"])
+        harness = harness_core_ms(n, workload)
     finally:
         if started_ray:
             ray.shutdown()
@@ -404,7 +421,7 @@ def run(size: str) -> dict[str, Any]:
         {**results[0], **{k: spread([r[k] for r in results]) for k in results[0] if k.endswith("core_ms_per_step")}}
         for results in measured.values()
     )
-    core_ms = pool["core_ms_per_step"]["median"] / per_rollout["core_ms_per_step"]["median"]
+    core_ms = {name: results["core_ms_per_step"]["median"] for name, results in zip(schemes, (pool, per_rollout))}
     return {
         "workload": {
             "episodes": n, "steps": list(steps), "io_median_s": workload["io_median_s"], "screen": f"{SCREEN[1]}x{SCREEN[0]}"
@@ -426,7 +443,9 @@ def run(size: str) -> dict[str, Any]:
         "throughput_ratio_with_startup": rate["pool"]["median"] / with_startup["median"],
         "throughput_ratio_vs_actor_pool": rate["pool"]["median"] / rate["actor_pool"]["median"],
         "thread_offload_ratio": rate["pool"]["median"] / rate["pool_on_loop"]["median"],
-        "core_ms_ratio": core_ms,
+        "core_ms_ratio": core_ms["pool"] / core_ms["per_rollout"],
+        "harness_core_ms_per_step": harness,
+        "overhead_core_ms_per_step": {name: value - harness for name, value in core_ms.items()},
         "ray_hop": hop,
-        "ray_hop_share": hop["core_ms_per_call"] / per_rollout["core_ms_per_step"]["median"],
+        "ray_hop_share": hop["core_ms_per_call"] / core_ms["per_rollout"],
     }
