@@ -122,7 +122,7 @@ def object_store_used_bytes() -> int:
     return int(reply.store_stats.object_store_bytes_used)
 
 
-def _shard_pids(config: Any) -> list[int]:
+def store_shard_pids(config: Any) -> list[int]:
     """Process ids of the index/owner shards of the ``RayStore`` built from ``config``."""
     from vlrl.store.remote_index import RAY_NAMESPACE
 
@@ -155,7 +155,7 @@ def measure_run(driver: str, batch: int, address: str, writer_name: str) -> dict
         config = RayStore.Config(namespace=f"bench-driver-{uuid.uuid4().hex[:8]}")
         store = config.build()
         writer = ray.get_actor(writer_name, namespace=WRITER_NAMESPACE)
-        shard_pids = _shard_pids(config)
+        shard_pids = store_shard_pids(config)
     else:
         store = LocalStore()
         image_patches = np.random.default_rng(0).standard_normal(patches_per_image(), dtype=np.float32)

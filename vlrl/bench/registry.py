@@ -84,6 +84,12 @@ BENCHMARKS: dict[str, Benchmark] = {
             "vlrl.bench.tiles_bench",
         ),
         Benchmark(
+            "scale",
+            "one RL step's control plane at 1k-16k sequences on a multi-node Ray cluster: CPU and wall per sequence"
+            " per stage, driver, store shards, GCS; the stage that saturates",
+            "vlrl.bench.scale_bench",
+        ),
+        Benchmark(
             "xdesktop",
             "a real X desktop instance per task family: reset, step, RSS; a reused instance vs one per episode",
             "vlrl.bench.xdesktop_bench",
