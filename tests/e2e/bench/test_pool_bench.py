@@ -28,7 +28,6 @@ def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_the_baselines_me
     roles_of = {"pool": ("loop_host", "env_host"), "per_rollout": ("actor",), "actor_pool": ("actor",)}
     for scheme, roles in roles_of.items():
         assert all(result[scheme][f"{role}_core_ms_per_step"]["min"] > 0 for role in roles), result[scheme]
-    assert result["ray_hop"]["core_ms_per_call"] > 0
     sweep = result["sweep"]
     assert [point["episodes"] for point in sweep] == [12, 16]
     assert all(point["actors"] == point["episodes"] for point in sweep)
