@@ -127,8 +127,10 @@ def growth(curve: dict[int, float]) -> float:
 
 
 def saturating_stage(curves: dict[str, dict[int, float]]) -> tuple[str, float]:
-    """The stage whose per-sequence figure grows most over the measured sizes, and its growth."""
-    name = max(curves, key=lambda stage: growth(curves[stage]))
+    """The stage whose per-sequence figure grows most over the measured sizes, and its growth
+    (stages that cost nothing at some size are left out: their growth says nothing)."""
+    measured = [stage for stage, curve in curves.items() if min(curve.values()) > 0]
+    name = max(measured, key=lambda stage: growth(curves[stage]))
     return name, growth(curves[name])
 
 

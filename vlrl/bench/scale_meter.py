@@ -34,10 +34,14 @@ _TICK = os.sysconf("SC_CLK_TCK")
 class StageClock:
     """Exclusive thread-CPU and wall seconds per stage, and how many spans each had."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, cpu: Callable[[], float] = time.thread_time, wall: Callable[[], float] = time.perf_counter
+    ) -> None:
+        """``cpu``, ``wall``: the clocks read at every stage boundary."""
         self.cpu_s: dict[str, float] = defaultdict(float)
         self.wall_s: dict[str, float] = defaultdict(float)
         self.spans: Counter[str] = Counter()
+        self._clocks = (cpu, wall)
         self._stack: list[str] = []
         self._cpu = self._wall = 0.0
 
@@ -54,7 +58,7 @@ class StageClock:
             self._stack.pop()
 
     def _charge(self) -> None:
-        cpu, wall = time.thread_time(), time.perf_counter()
+        cpu, wall = self._clocks[0](), self._clocks[1]()
         if self._stack:
             self.cpu_s[self._stack[-1]] += cpu - self._cpu
             self.wall_s[self._stack[-1]] += wall - self._wall
