@@ -30,6 +30,7 @@ def ray_session():
     for attempt in range(RAY_START_ATTEMPTS):
         try:
             ray.init(
+                address="local",  # never a cluster another run (``vlrl bench scale``) has up on the machine
                 num_cpus=RAY_LOGICAL_CPUS,
                 include_dashboard=False,
                 object_store_memory=512 * 1024**2,

@@ -76,7 +76,7 @@ def run(size: str) -> dict[str, Any]:
         raise ValueError(f"batch_sizes {batch_sizes}: the largest gathered batch exceeds {CAP_BYTES / 2**30:g} GiB")
     started_ray = not ray.is_initialized()
     if started_ray:
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1024**3, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=1024**3, log_to_driver=False)
     writer_name = f"writer-{uuid.uuid4().hex[:8]}"
     writer = RolloutWriter.options(name=writer_name, namespace=WRITER_NAMESPACE).remote()
     address = ray.get_runtime_context().gcs_address

@@ -96,7 +96,7 @@ def run(size: str) -> dict[str, Any]:
     rows = [make_row(seed) for seed in range(ROWS[size])]
     started_ray = not ray.is_initialized()
     if started_ray:
-        ray.init(num_cpus=4, include_dashboard=False, object_store_memory=3 * 1024**3, log_to_driver=False)
+        ray.init(address="local", num_cpus=4, include_dashboard=False, object_store_memory=3 * 1024**3, log_to_driver=False)
 
     @ray.remote(num_cpus=0)
     class Reader:

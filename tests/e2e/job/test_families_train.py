@@ -1,6 +1,6 @@
-"""``vlrl train examples/train_click.py:small`` on the other model families: the tiny build of
-Qwen3-VL (``tiny.family``), and a Qwen2.5-VL checkpoint folder that transformers' own classes wrote
-(``model_path``). Qwen2-VL is the canonical run's family (tests/e2e/conftest.py)."""
+"""``vlrl train examples/train_click.py:small`` on another model family, from a Qwen3-VL checkpoint
+folder that transformers' own classes wrote (``model_path``). Qwen2-VL is the canonical run's
+family (tests/e2e/conftest.py)."""
 
 from __future__ import annotations
 
@@ -26,16 +26,13 @@ def _train(capsys, run_dir: Path, *overrides: str) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-def test_the_small_recipe_trains_the_tiny_build_of_qwen3_vl(ray_session, tmp_path, capsys):
-    """Qwen2.5-VL's whole run is the transformers-built folder's below; that ``tiny.family`` builds
-    the family the job trains, for every family, is tests/unit/models/test_tiny.py."""
-    summary = _train(capsys, tmp_path / "run", "tiny.family=qwen3_vl")
-    assert summary["model_family"] == "qwen3_vl"
-    assert summary["steps"] == STEPS and summary["store_keys_left"] == 0
-
-
-def test_the_small_recipe_trains_a_transformers_built_checkpoint(ray_session, tmp_path, capsys):
-    path = build_hf_checkpoint("qwen2_5_vl", tmp_path / "checkpoint")
+def test_the_small_recipe_trains_a_transformers_built_qwen3_vl_checkpoint(ray_session, tmp_path, capsys):
+    """One run covers a family beside the canonical run's and a folder transformers' own classes
+    wrote (``model_path``). That ``tiny.family`` builds the family the job trains, for every family,
+    is tests/unit/models/test_tiny.py; Qwen2.5-VL's transformers-built folder is served in
+    tests/integration/rollout/server/test_serve_families.py and stepped in
+    tests/integration/train/test_families_end_to_end.py."""
+    path = build_hf_checkpoint("qwen3_vl", tmp_path / "checkpoint")
     summary = _train(capsys, tmp_path / "run", f"model_path={path}")
-    assert summary["model"] == str(path) and summary["model_family"] == "qwen2_5_vl"
+    assert summary["model"] == str(path) and summary["model_family"] == "qwen3_vl"
     assert summary["steps"] == STEPS and summary["store_keys_left"] == 0
