@@ -133,7 +133,23 @@ def train_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
     ))  # fmt: skip
 
 
+def scale_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
+    for name, key, what in (
+        ("stage_cpu_per_sequence", "curves_cpu_us_per_seq", "each stage (driver's thread; finish: loop hosts)"),
+        ("process_cpu_per_sequence", "process_cpu_us_per_seq", "each process kind (all its threads)"),
+    ):
+        series = {
+            label: _points([{"n": float(n), "us": us} for n, us in by_size.items()], "n", "us")
+            for label, by_size in result.get(key, {}).items()
+        }
+        yield from _present(Curve(
+            "scale", name, f"CPU per sequence of one RL step, {what}", "sequences per step",
+            "CPU microseconds per sequence", series, log_x=True, log_y=True,
+        ))  # fmt: skip
+
+
 CURVES: dict[str, Callable[[Mapping[str, Any]], Iterator[Curve]]] = {
+    "scale": scale_curves,
     "train": train_curves,
     "encode": encode_curves,
     "driver": driver_curves,

@@ -22,14 +22,23 @@ judge are stand-ins that keep the payload's shapes and sizes and sleep as a late
 largest measured size, and ``linearity``: the driver's CPU per sequence at the largest size over
 the smallest's. Sizes not measured (64k unless ``full`` fits) are ``projection``: each figure
 per sequence extended from the two largest measured points as a power law, labelled projected.
+
+``stale_scan_fix`` (``small``, ``full``): the largest size run again in the same cluster on the
+driver as it was before its staleness check was made incremental (the whole buffer scanned after
+every finished group: O(groups^2) a step), beside the fixed driver's figures. With two sizes or
+more the bench writes its curves as PNGs under ``runs/bench/scale/`` (``plots``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import uuid
+from pathlib import Path
 from typing import Any
 
+from vlrl.bench.curves import curves_of
+from vlrl.bench.report import plot
 from vlrl.bench.scale_cluster import simulated_cluster
 from vlrl.bench.scale_standins import LatencyModel, StoreSetup
 from vlrl.bench.scale_step import DRIVER_STAGES, Parts, measure_size
@@ -37,13 +46,18 @@ from vlrl.bench.spread import spread
 
 STAGES = ("launch", "finish", "grading", "hook", "yield_planning", "packing", "release")
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": {"nodes": 2, "points": ((256, 1),), "in_flight": 256, "project": ()},
-    "small": {"nodes": 3, "points": ((1024, 2), (4096, 1)), "in_flight": 1024, "project": (16384,)},
-    "full": {"nodes": 4, "points": ((1024, 3), (4096, 2), (16384, 1)), "in_flight": 2048, "project": (65536,)},
-}
-"""Per size: simulated nodes, ``(sequences, steps)`` measured, sequences rolling out at once,
-and the sizes projected from the measured points."""
+    "smoke": {"nodes": 2, "points": ((256, 1),), "in_flight": 256, "project": (), "before_fix": False},
+    "small": {"nodes": 3, "points": ((1024, 2), (4096, 1)), "in_flight": 1024, "project": (16384,), "before_fix": True},
+    "full": {
+        "nodes": 4, "points": ((1024, 3), (4096, 2), (16384, 1)), "in_flight": 2048, "project": (65536,), "before_fix": True,
+    },
+}  # fmt: skip
+"""Per size: simulated nodes, ``(sequences, steps)`` measured, sequences rolling out at once, the
+sizes projected from the measured points, and whether the largest size runs again on the driver
+as it was before its staleness scan was fixed (``stale_scan_fix``)."""
 LATENCY = LatencyModel()
+PLOTS = Path("runs/bench/scale")
+"""Where the bench writes its curve (``SIZE_cpu_per_sequence.png``)."""
 
 
 def run(size: str) -> dict[str, Any]:
@@ -58,18 +72,34 @@ def run(size: str) -> dict[str, Any]:
         pool = HarnessPool.Config(
             budget=HostBudget(total_hosts=nodes + 1, shares={"loop": nodes, "desktop": 1}),
             loop_host=HostConfig(max_tenants=plan["in_flight"], threads=2),
-            env_host=HostConfig(max_tenants=8, threads=1),
+            env_host=HostConfig(max_tenants=plan["in_flight"], threads=1),  # leased per trajectory, never called
         ).build(loop_setup=StoreSetup(store_config))
         parts = Parts(cluster, pool, store, store_config)
-        try:
+
+
+        async def every_size() -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
             points = [
-                summarise(measure_size(parts, n, steps, in_flight=plan["in_flight"], latency=LATENCY, seed=i * 10**6))
+                summarise(await measure_size(parts, n, steps, in_flight=plan["in_flight"], latency=LATENCY, seed=i * 10**6))
                 for i, (n, steps) in enumerate(plan["points"])
             ]
+            if not plan["before_fix"]:
+                return points, None
+            n, steps = plan["points"][-1]
+            before = await measure_size(parts, n, steps, in_flight=plan["in_flight"], latency=LATENCY, seed=10**9, rescan=True)
+            return points, summarise(before)
+
+        try:
+            points, before = asyncio.run(every_size())
         finally:
             pool.shutdown()
             store.destroy()
-    return report(points, plan["project"], nodes=nodes, in_flight=plan["in_flight"])
+    out = report(points, plan["project"], nodes=nodes, in_flight=plan["in_flight"])
+    if before is not None:
+        out["stale_scan_fix"] = fix_figures(before, points[-1])
+    if len(points) > 1:  # a curve needs two sizes
+        PLOTS.mkdir(parents=True, exist_ok=True)
+        out["plots"] = [str(plot(c, PLOTS / f"{size}_{c.name}.png")) for c in curves_of("scale", out)]
+    return out
 
 
 def summarise(measured: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +150,18 @@ def summarise(measured: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def fix_figures(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The largest size measured twice in one run: the driver rescanning its buffer for stale
+    groups after every finished group (``before``) and checking each group once (``after``)."""
+    figures = lambda p: {  # noqa: E731
+        "yield_planning_cpu_us_per_seq": p["stages"]["yield_planning"]["cpu_us_per_seq"],
+        "driver_cpu_us_per_seq": p["driver"]["cpu_us_per_seq"],
+        "driver_wall_s": p["driver"]["wall_s"],
+        "books": p["books"],
+    }
+    return {"sequences": after["sequences"], "before": figures(before), "after": figures(after)}
+
+
 def growth(curve: dict[int, float]) -> float:
     """Figure per sequence at the largest size over the smallest's (1.0: linear in all)."""
     sizes = sorted(curve)
@@ -150,6 +192,10 @@ def report(points: list[dict[str, Any]], projected_sizes: tuple[int, ...], *, no
     median = lambda figure: figure["median"]  # noqa: E731
     curves = {stage: {p["sequences"]: median(p["stages"][stage]["cpu_us_per_seq"]) for p in points} for stage in STAGES}
     driver_curve = {p["sequences"]: median(p["driver"]["cpu_us_per_seq"]) for p in points}
+    processes = {"driver": driver_curve} | {
+        role: {p["sequences"]: median(p["processes"][role]["cpu_s"]) / p["sequences"] * 1e6 for p in points}
+        for role in points[0]["processes"]
+    }
     out: dict[str, Any] = {
         "nodes": nodes,
         "in_flight": in_flight,
@@ -158,10 +204,13 @@ def report(points: list[dict[str, Any]], projected_sizes: tuple[int, ...], *, no
         "points": points,
         "curves_cpu_us_per_seq": {stage: {str(n): v for n, v in c.items()} for stage, c in curves.items()},
         "driver_cpu_us_per_seq": {str(n): v for n, v in driver_curve.items()},
+        "process_cpu_us_per_seq": {f"{role} (process)": {str(n): v for n, v in c.items()} for role, c in processes.items()},
     }
     if len(points) > 1:
         stage, ratio = saturating_stage(curves)
         out["saturating_stage"] = {"stage": stage, "growth": ratio, "over": [min(curves[stage]), max(curves[stage])]}
+        out["stage_growth"] = {name: growth(c) for name, c in curves.items()}
+        out["process_growth"] = {role: growth(c) for role, c in processes.items()}
         out["linearity"] = growth(driver_curve)
     if projected_sizes:
         out["projection"] = {

@@ -128,7 +128,7 @@ class StoreSetup:
         return dict(HOST_STORE)
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=128)  # 2.6 MiB each: the groups a loop host plays at once, not all of them
 def screen(task_seed: int, turn: int) -> ContextImage:
     """The screenshot of ``turn`` of task ``task_seed``: a flat screen, and the tiles changed by
     this and every earlier turn (each turn's drawn from its own seed)."""

@@ -13,8 +13,8 @@ and judge of ``scale_standins``; the batch is ``N / GROUP_SIZE`` groups of one s
 
 Stages of the driver's thread are charged by ``scale_meter.StageClock`` (``launch``: the pool
 run of a trajectory in the driver, leasing, submitting, taking its outcome back; ``grading``:
-the grader runner and the driver's follow-up; ``hook``; ``yield_planning``: the batch check and
-the plan; ``packing``; ``release``); ``finish`` is charged on the loop hosts
+the grader runner and the driver's follow-up; ``hook``; ``yield_planning``: the buffer's
+staleness scan, the batch check and the plan; ``packing``; ``release``); ``finish`` is charged on the loop hosts
 (``scale_standins.FINISH``). Process figures come from ``/proc`` around each step: the driver
 (step 2's plan included, step 3's packing left out: packers are the trainer's processes), each
 store shard, the loop hosts, the raylets and the GCS.
@@ -22,7 +22,6 @@ store shard, the loop hosts, the raylets and the GCS.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from dataclasses import dataclass
@@ -99,8 +98,12 @@ class HookBytes:
             self.bytes += after.bytes_read + after.bytes_written - before.bytes_read - before.bytes_written
 
 
-def build_driver(parts: Parts, sequences: int, in_flight: int, latency: LatencyModel, clock: StageClock, seed: int) -> tuple[Driver, MeteredPool, HookBytes]:
-    """A driver for batches of ``sequences``, its parts metered on ``clock``."""
+def build_driver(
+    parts: Parts, sequences: int, in_flight: int, latency: LatencyModel, clock: StageClock, seed: int, rescan: bool
+) -> tuple[Driver, MeteredPool, HookBytes]:
+    """A driver for batches of ``sequences``, its parts metered on ``clock``. ``rescan``: the
+    driver as it was before its staleness check was made incremental, scanning the whole buffer
+    after every finished group (it forgets the bound it checked before each scan)."""
     groups = sequences // GROUP_SIZE
     source = DataSource(name="scale", codebase="desktop", group_size=GROUP_SIZE)
     config = Driver.Config(
@@ -123,6 +126,13 @@ def build_driver(parts: Parts, sequences: int, in_flight: int, latency: LatencyM
     runner.grade = lambda metas: metered_coroutine(clock, "grading", grade(metas))
     graded = driver._graded
     driver._graded = lambda result: metered_coroutine(clock, "grading", graded(result))
+    scan = driver._drop_stale
+
+    def rescanning() -> None:
+        driver._checked_oldest = None
+        scan()
+
+    driver._drop_stale = metered_call(clock, "yield_planning", rescanning if rescan else scan)
     driver._fail_lost_groups = metered_call(clock, "yield_planning", driver._fail_lost_groups)
     return driver, pool, hook
 
@@ -215,25 +225,23 @@ async def _step(parts: Parts, driver: Driver, clock: StageClock, pids: dict[str,
     }
 
 
-def measure_size(parts: Parts, sequences: int, steps: int, *, in_flight: int, latency: LatencyModel, seed: int) -> dict[str, Any]:
+async def measure_size(
+    parts: Parts, sequences: int, steps: int, *, in_flight: int, latency: LatencyModel, seed: int, rescan: bool = False
+) -> dict[str, Any]:
     """``steps`` RL steps of ``sequences`` sequences on a fresh driver; every step's figures, the
-    driver's books, and the store's keys after the driver closed."""
+    driver's books, and the store's keys after the driver closed. Every size runs on one event
+    loop (the pool's host leases are bound to the loop that first used them)."""
     clock = StageClock()
-    driver, pool, hook = build_driver(parts, sequences, in_flight, latency, clock, seed)
+    driver, pool, hook = build_driver(parts, sequences, in_flight, latency, clock, seed, rescan)
     pids = _others(parts)
     rss_before = memory_mb()["rss_mb"]
-
-    async def main() -> list[dict[str, Any]]:
-        out = []
-        for _ in range(steps):
-            hook_before = hook.bytes
-            figures = await _step(parts, driver, clock, pids)
-            figures["bytes"]["hook"] = hook.bytes - hook_before
-            out.append(figures)
-        await driver.close()
-        return out
-
-    per_step = asyncio.run(main())
+    per_step = []
+    for _ in range(steps):
+        hook_before = hook.bytes
+        figures = await _step(parts, driver, clock, pids)
+        figures["bytes"]["hook"] = hook.bytes - hook_before
+        per_step.append(figures)
+    await driver.close()
     book = driver.book
     return {
         "sequences": sequences,

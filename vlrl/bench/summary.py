@@ -84,6 +84,10 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("stored_over_png*", "bytes the store holds as tiles / one PNG per distinct image"),
         ("fetch_over_png_decode*", "fetching one image from the store / decoding its PNG (median)"),
     ),
+    "scale": (
+        ("linearity", "driver CPU per sequence, largest measured batch / smallest (1.0: linear)"),
+        ("*growth", "CPU per sequence of the fastest-growing stage, largest measured batch / smallest"),
+    ),
     "xdesktop": (
         ("*warm_over_cold", "reset of a reused instance / a new instance per episode (lower is better)"),
         ("*rss_mb*", "MB resident per instance (X server, window manager, apps)"),

@@ -177,6 +177,8 @@ class Driver:
         self._step = 0
         self._version = 0
         self._closing = False
+        self._checked_oldest: int | None = None
+        """The oldest trainable version every buffered group was last checked against."""
 
     async def next_batch(self, policy_version: int) -> Batch:
         """Run rollouts until every source has its share of accepted groups, then yield a batch."""
@@ -252,6 +254,7 @@ class Driver:
             self._buffer[group.source].appendleft(group)
             self.book.where[group.group_id] = "buffered"
         self._step -= 1
+        self._checked_oldest = None  # the returned groups are checked again
 
     def consumed(self, batch: Batch) -> None:
         """The trainer is done with ``batch``: delete its keys (and images nobody needs any more),
@@ -402,18 +405,30 @@ class Driver:
         self.book.accepted += 1
         self.book.where[decision.group_id] = "buffered"
         version = min(meta.policy_version for meta in metas)
-        self._buffer[source].append(AcceptedGroup(decision.group_id, source, metas, decision, version))
+        group = AcceptedGroup(decision.group_id, source, metas, decision, version)
+        self._buffer[source].append(group)
+        if self._checked_oldest is not None and _newest_version(group) < self._checked_oldest:
+            self._leave_stale(group, self._checked_oldest)
 
     def _drop_stale(self) -> None:
-        """Drop the buffered groups none of whose tokens is recent enough to train."""
+        """Drop the buffered groups none of whose tokens is recent enough to train. The buffer is
+        scanned only when the oldest trainable version rises; a group buffered in between is
+        checked on arrival (``_decide``), so a batch of G groups costs O(G) checks, not a scan of
+        the buffer after each finished group (O(G^2): 1.4 ms a sequence at 16k sequences)."""
         oldest = self._version - self.config.max_staleness
-        for buffered in self._buffer.values():
-            newest = {id(g): max(m.newest_version for m in g.metas) for g in buffered}
-            for group in [g for g in buffered if newest[id(g)] < oldest]:
-                buffered.remove(group)
-                self._delete(group.metas)
-                self.book.accepted -= 1
-                self._leave(group.group_id, "stale", f"policy version {newest[id(group)]} (its newest) older than {oldest}")
+        if oldest == self._checked_oldest:
+            return
+        for buffered in list(self._buffer.values()):
+            for group in [g for g in buffered if _newest_version(g) < oldest]:
+                self._leave_stale(group, oldest)
+        self._checked_oldest = oldest
+
+    def _leave_stale(self, group: AcceptedGroup, oldest: int) -> None:
+        self._buffer[group.source].remove(group)
+        self._delete(group.metas)
+        self.book.accepted -= 1
+        newest = _newest_version(group)
+        self._leave(group.group_id, "stale", f"policy version {newest} (its newest) older than {oldest}")
 
     async def _hook_with_retries(self, metas: tuple[SeqMeta, ...]) -> Any:
         """The hook's decision; a store error is retried with doubling back-off, a lost shard is not."""
@@ -472,6 +487,10 @@ class Driver:
             if places[place] != count:
                 problems.append(f"pending: the book holds {places[place]} group(s) {place}, the driver {count}")
         return problems
+
+
+def _newest_version(group: AcceptedGroup) -> int:
+    return max(meta.newest_version for meta in group.metas)
 
 
 def _as_outcome(tenant_id: str, returned: TenantOutcome | BaseException) -> TenantOutcome:
