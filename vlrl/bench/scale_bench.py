@@ -12,7 +12,9 @@ judge are stand-ins that keep the payload's shapes and sizes and sleep as a late
   per sequence the stage's store client moved (``launch``: the pickled tenant and outcome, on a
   sample of one trajectory in ``OUTCOME_SAMPLE``);
 - ``driver``: CPU seconds of the driver's process (every thread, Ray's included) and wall
-  seconds per step, packing left out (the trainer's packers do it), its RSS;
+  seconds per step, packing left out (the trainer's packers do it), its RSS, and
+  ``loop_held_share``: the share of the step's wall time its stages held the driver's one event
+  loop (near 1: the loop is the bottleneck, whatever the CPUs);
 - ``processes``: CPU seconds per step and RSS of the store shards, loop hosts, raylets and the
   GCS, with the GCS's open descriptors;
 - ``books``, ``books_drift``, ``keys_left``: every generated group trained, the books exact,
@@ -32,6 +34,8 @@ more the bench writes its curves as PNGs under ``runs/bench/scale/`` (``plots``)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import math
 import uuid
 from pathlib import Path
@@ -49,7 +53,8 @@ SIZES: dict[str, dict[str, Any]] = {
     "smoke": {"nodes": 2, "points": ((256, 1),), "in_flight": 256, "project": (), "before_fix": False},
     "small": {"nodes": 3, "points": ((1024, 2), (4096, 1)), "in_flight": 1024, "project": (16384,), "before_fix": True},
     "full": {
-        "nodes": 4, "points": ((1024, 3), (4096, 2), (16384, 1)), "in_flight": 2048, "project": (65536,), "before_fix": True,
+        "nodes": 4, "points": ((1024, 3), (4096, 2), (16384, 1)), "in_flight": 2048, "project": (65536,),
+        "before_fix": True,
     },
 }  # fmt: skip
 """Per size: simulated nodes, ``(sequences, steps)`` measured, sequences rolling out at once, the
@@ -57,7 +62,7 @@ sizes projected from the measured points, and whether the largest size runs agai
 as it was before its staleness scan was fixed (``stale_scan_fix``)."""
 LATENCY = LatencyModel()
 PLOTS = Path("runs/bench/scale")
-"""Where the bench writes its curve (``SIZE_cpu_per_sequence.png``)."""
+"""Where the bench writes its curves (``SIZE_stage_cpu_per_sequence.png``, ``SIZE_process_cpu_per_sequence.png``)."""
 
 
 def run(size: str) -> dict[str, Any]:
@@ -74,22 +79,8 @@ def run(size: str) -> dict[str, Any]:
             loop_host=HostConfig(max_tenants=plan["in_flight"], threads=2),
             env_host=HostConfig(max_tenants=plan["in_flight"], threads=1),  # leased per trajectory, never called
         ).build(loop_setup=StoreSetup(store_config))
-        parts = Parts(cluster, pool, store, store_config)
-
-
-        async def every_size() -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-            points = [
-                summarise(await measure_size(parts, n, steps, in_flight=plan["in_flight"], latency=LATENCY, seed=i * 10**6))
-                for i, (n, steps) in enumerate(plan["points"])
-            ]
-            if not plan["before_fix"]:
-                return points, None
-            n, steps = plan["points"][-1]
-            before = await measure_size(parts, n, steps, in_flight=plan["in_flight"], latency=LATENCY, seed=10**9, rescan=True)
-            return points, summarise(before)
-
         try:
-            points, before = asyncio.run(every_size())
+            points, before = asyncio.run(_every_size(Parts(cluster, pool, store, store_config), plan))
         finally:
             pool.shutdown()
             store.destroy()
@@ -100,6 +91,32 @@ def run(size: str) -> dict[str, Any]:
         PLOTS.mkdir(parents=True, exist_ok=True)
         out["plots"] = [str(plot(c, PLOTS / f"{size}_{c.name}.png")) for c in curves_of("scale", out)]
     return out
+
+
+async def _every_size(parts: Parts, plan: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Each size of ``plan`` in turn on one event loop; then, with ``before_fix``, the largest
+    again on the driver as it was before its staleness fix."""
+    measure = functools.partial(measure_size, parts, in_flight=plan["in_flight"], latency=LATENCY)
+    points = []
+    for i, (n, steps) in enumerate(plan["points"]):
+        points.append(summarise(await measure(n, steps, seed=i * 10**6)))
+        _progress(points[-1])
+    if not plan["before_fix"]:
+        return points, None
+    n, steps = plan["points"][-1]
+    before = summarise(await measure(n, steps, seed=10**9, rescan=True))
+    _progress(before, "before the staleness fix")
+    return points, before
+
+
+def _progress(point: dict[str, Any], note: str = "") -> None:
+    driver = point["driver"]
+    print(
+        f"scale: {point['sequences']} sequences x {point['steps']} step(s){' ' + note if note else ''}:"
+        f" driver {driver['cpu_us_per_seq']['median']:.0f} us CPU a sequence,"
+        f" {driver['wall_s']['median']:.1f} s a step",
+        flush=True,
+    )
 
 
 def summarise(measured: dict[str, Any]) -> dict[str, Any]:
@@ -124,10 +141,9 @@ def summarise(measured: dict[str, Any]) -> dict[str, Any]:
         "thread_cpu_s": spread([s["driver"]["thread_cpu_s"] for s in steps]),
         "wall_s": spread([s["driver"]["wall_s"] for s in steps]),
         "cpu_us_per_seq": per_seq([s["driver"]["cpu_s"] for s in steps]),
-        "unstaged_thread_cpu_us_per_seq": per_seq(
-            [s["driver"]["thread_cpu_s"] - sum(s["stages"][x]["cpu_s"] for x in DRIVER_STAGES if x != "packing") for s in steps]
-        ),
+        "unstaged_thread_cpu_us_per_seq": per_seq([s["driver"]["thread_cpu_s"] - _staged_cpu(s) for s in steps]),
         "rss_mb": max(s["driver"]["rss_mb"] for s in steps),
+        "loop_held_share": spread([_held(s) / s["driver"]["wall_s"] for s in steps]),
     }
     processes = {
         role: {
@@ -148,6 +164,16 @@ def summarise(measured: dict[str, Any]) -> dict[str, Any]:
         "driver": driver,
         "processes": processes,
     }
+
+
+def _staged_cpu(step: dict[str, Any]) -> float:
+    """Thread CPU seconds the driver's stages took in one step (packing is the trainer's)."""
+    return sum(step["stages"][stage]["cpu_s"] for stage in DRIVER_STAGES if stage != "packing")
+
+
+def _held(step: dict[str, Any]) -> float:
+    """Seconds the driver's stages held its event loop in one step (packing is the trainer's)."""
+    return sum(step["stages"][stage]["wall_s"] for stage in DRIVER_STAGES if stage != "packing")
 
 
 def fix_figures(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -187,7 +213,9 @@ def project(curve: dict[int, float], size: int) -> float:
     return y2 * (size / n2) ** exponent
 
 
-def report(points: list[dict[str, Any]], projected_sizes: tuple[int, ...], *, nodes: int, in_flight: int) -> dict[str, Any]:
+def report(
+    points: list[dict[str, Any]], projected_sizes: tuple[int, ...], *, nodes: int, in_flight: int
+) -> dict[str, Any]:
     """The measured points, the per-stage curves, the saturating stage and the projections."""
     median = lambda figure: figure["median"]  # noqa: E731
     curves = {stage: {p["sequences"]: median(p["stages"][stage]["cpu_us_per_seq"]) for p in points} for stage in STAGES}
@@ -199,12 +227,14 @@ def report(points: list[dict[str, Any]], projected_sizes: tuple[int, ...], *, no
     out: dict[str, Any] = {
         "nodes": nodes,
         "in_flight": in_flight,
-        "latency_model": {"prefill_s_per_token": LATENCY.prefill_s_per_token, "decode_s_per_token": LATENCY.decode_s_per_token, "env_step_s": LATENCY.env_step_s},
+        "latency_model": dataclasses.asdict(LATENCY),
         "sizes": [p["sequences"] for p in points],
         "points": points,
         "curves_cpu_us_per_seq": {stage: {str(n): v for n, v in c.items()} for stage, c in curves.items()},
         "driver_cpu_us_per_seq": {str(n): v for n, v in driver_curve.items()},
-        "process_cpu_us_per_seq": {f"{role} (process)": {str(n): v for n, v in c.items()} for role, c in processes.items()},
+        "process_cpu_us_per_seq": {
+            f"{role} (process)": {str(n): v for n, v in curve.items()} for role, curve in processes.items()
+        },
     }
     if len(points) > 1:
         stage, ratio = saturating_stage(curves)

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import ray
 
@@ -45,12 +46,16 @@ def simulated_cluster(nodes: int, *, cpus_per_node: int = 2, object_store_mb: in
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)
         _wait_until_schedulable()
-        pids = [node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid for node in cluster.list_all_nodes()]
-        gcs = cluster.head_node.all_processes[ray_constants.PROCESS_TYPE_GCS_SERVER][0].process.pid
-        yield SimulatedCluster(cluster.address, nodes, gcs, tuple(pids))
+        raylets = tuple(_pid(node, ray_constants.PROCESS_TYPE_RAYLET) for node in cluster.list_all_nodes())
+        gcs = _pid(cluster.head_node, ray_constants.PROCESS_TYPE_GCS_SERVER)
+        yield SimulatedCluster(cluster.address, nodes, gcs, raylets)
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def _pid(node: Any, process_type: str) -> int:
+    return node.all_processes[process_type][0].process.pid
 
 
 def _wait_until_schedulable() -> None:

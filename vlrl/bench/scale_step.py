@@ -36,6 +36,7 @@ from vlrl.bench.scale_meter import StageClock, metered_call, metered_coroutine, 
 from vlrl.bench.scale_standins import LatencyModel, StandInEpisode, StandInJudge, finish_figures
 from vlrl.config import DataSource
 from vlrl.control.driver import Driver
+from vlrl.control.driver_book import OUTCOMES
 from vlrl.control.grader import GraderRunner
 from vlrl.pack import Layout, MicroBatchPlanner, TPGroupPacker, shared
 from vlrl.pool import HarnessPool
@@ -117,7 +118,7 @@ def build_driver(
     def tenant(source: DataSource, task_seed: int, group_id: str, index: int) -> StandInEpisode:
         return StandInEpisode(source.name, task_seed, group_id, index, latency)
 
-    driver = Driver(config, [source], pool, parts.store, grader=StandInJudge(), tenant_factory=tenant, seed=seed)  # type: ignore[arg-type]
+    driver = Driver(config, [source], pool, parts.store, grader=StandInJudge(), tenant_factory=tenant, seed=seed)
     hook = HookBytes(driver.hook, parts.store, clock)
     driver.hook = hook
     runner = driver.grader
@@ -250,7 +251,7 @@ async def measure_size(
         "driver_rss_increase_mb": memory_mb()["rss_mb"] - rss_before,
         "launch_bytes_per_sequence": pool.sampled_bytes / max(1, pool.sampled),
         "launch_bytes_sampled": pool.sampled,
-        "books": {k: getattr(book, k) for k in ("generated", "accepted", "rejected", "dropped", "failed", "stale", "trained")},
+        "books": {k: getattr(book, k) for k in ("generated", "accepted", *OUTCOMES, "trained")},
         "books_drift": driver.books_drift(),
         "keys_left": parts.store.stats().keys,
     }
