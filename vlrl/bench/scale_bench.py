@@ -110,11 +110,13 @@ async def _every_size(parts: Parts, plan: dict[str, Any]) -> tuple[list[dict[str
 
 
 def _progress(point: dict[str, Any], note: str = "") -> None:
+    """One line per size as it is measured (a long run shows where it is, and what it has)."""
     driver = point["driver"]
+    stages = ", ".join(f"{s} {f['cpu_us_per_seq']['median']:.0f}" for s, f in point["stages"].items())
     print(
         f"scale: {point['sequences']} sequences x {point['steps']} step(s){' ' + note if note else ''}:"
         f" driver {driver['cpu_us_per_seq']['median']:.0f} us CPU a sequence,"
-        f" {driver['wall_s']['median']:.1f} s a step",
+        f" {driver['wall_s']['median']:.1f} s a step; stages (us CPU a sequence): {stages}",
         flush=True,
     )
 
