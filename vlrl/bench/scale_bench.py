@@ -146,6 +146,9 @@ def summarise(measured: dict[str, Any]) -> dict[str, Any]:
         "unstaged_thread_cpu_us_per_seq": per_seq([s["driver"]["thread_cpu_s"] - _staged_cpu(s) for s in steps]),
         "rss_mb": max(s["driver"]["rss_mb"] for s in steps),
         "loop_held_share": spread([_held(s) / s["driver"]["wall_s"] for s in steps]),
+        "gc_us_per_seq": per_seq([s["driver"]["gc_s"] for s in steps]),
+        "gc_full_us_per_seq": per_seq([s["driver"]["gc_full_s"] for s in steps]),
+        "gc_full_collections": [s["driver"]["gc_full_collections"] for s in steps],
     }
     processes = {
         role: {

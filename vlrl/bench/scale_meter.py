@@ -17,6 +17,7 @@ wall time is the time it held the driver's thread, not its latency.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections import Counter, defaultdict
@@ -104,6 +105,31 @@ class _Metered:
                 sent, thrown = (yield yielded), None
             except BaseException as error:  # cancellation goes into the coroutine, as a plain await would
                 sent, thrown = None, error
+
+
+class GcClock:
+    """Seconds this process spent in Python's garbage collector while open (``gc.callbacks``),
+    per generation: a full collection walks every live object, so a driver holding more
+    records pays more for each."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds[info["generation"]] += time.perf_counter() - self._started
+            self.collections[info["generation"]] += 1
+
+    def __enter__(self) -> GcClock:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 def process_figures(pid: int) -> dict[str, float]:

@@ -32,7 +32,7 @@ import ray
 from vlrl.bench.driver_runs import store_shard_pids
 from vlrl.bench.proc_memory import memory_mb
 from vlrl.bench.scale_cluster import SimulatedCluster
-from vlrl.bench.scale_meter import StageClock, metered_call, metered_coroutine, process_figures
+from vlrl.bench.scale_meter import GcClock, StageClock, metered_call, metered_coroutine, process_figures
 from vlrl.bench.scale_standins import LatencyModel, StandInEpisode, StandInJudge, finish_figures
 from vlrl.config import DataSource
 from vlrl.control.driver import Driver
@@ -177,7 +177,8 @@ async def _step(parts: Parts, driver: Driver, clock: StageClock, pids: dict[str,
     clock_before, finish_before = clock.snapshot(), _finish_totals(parts)
     others_before = _processes(pids)
     me_before, thread_before, started = process_figures(os.getpid()), time.thread_time(), time.perf_counter()
-    batch = await driver.next_batch(0)
+    with GcClock() as collector:
+        batch = await driver.next_batch(0)
     rollout_wall = time.perf_counter() - started
     with clock.stage("yield_planning"):
         plan = planner.plan(batch.sequences, LAYOUT.dp)
@@ -213,6 +214,9 @@ async def _step(parts: Parts, driver: Driver, clock: StageClock, pids: dict[str,
             "thread_cpu_s": not_packing(thread_after, thread_mid, thread_packed, thread_before),
             "wall_s": not_packing(ended, mid, packed, started),
             "rollout_wall_s": rollout_wall,
+            "gc_s": sum(collector.seconds),
+            "gc_full_s": collector.seconds[2],
+            "gc_full_collections": collector.collections[2],
             "rss_mb": me_after["rss_mb"],
         },
         "processes": {
