@@ -27,8 +27,11 @@ class SimulatedCluster:
 
 
 @contextmanager
-def simulated_cluster(nodes: int, *, cpus_per_node: int = 2, object_store_mb: int = 512) -> Iterator[SimulatedCluster]:
-    """Start ``nodes`` simulated nodes, connect this process as the driver, and end them after."""
+def simulated_cluster(nodes: int, *, cpus_per_node: int = 2, object_store_mb: int = 1024) -> Iterator[SimulatedCluster]:
+    """Start ``nodes`` simulated nodes, connect this process as the driver, and end them after.
+    Payload chunks over 4 KiB (here the routing records) are Ray objects in the writing loop host's
+    node's object store; smaller ones stay in the store's shards. ``object_store_mb`` is a cap:
+    only what is written is allocated."""
     if ray.is_initialized():
         raise RuntimeError(
             "vlrl bench scale starts a multi-node Ray cluster of its own; this process is already connected"
