@@ -350,8 +350,8 @@ class HopHost:
     async def pid(self) -> int:
         return os.getpid()
 
-    async def wait(self, seconds: float) -> bool:
-        return await asyncio.get_running_loop().run_in_executor(self._threads, time.sleep, seconds)
+    async def wait(self, seconds: float) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._threads, time.sleep, seconds)
 
     async def play(self, other: Any, loops: int, calls: int, seconds: float) -> None:
         async def loop() -> None:
