@@ -55,7 +55,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "nodes": 3, "points": ((1024, 2), (4096, 1)), "in_flight": 1024, "project": (16384,), "before_fix": (4096, 1),
     },
     "full": {
-        "nodes": 4, "points": ((1024, 3), (4096, 1), (16384, 1)), "in_flight": 2048, "project": (65536,),
+        "nodes": 4, "points": ((1024, 3), (4096, 1), (16384, 1)), "in_flight": 1024, "project": (65536,),
         "before_fix": (4096, 1),
     },
 }  # fmt: skip
