@@ -21,6 +21,21 @@ SOURCE = DataSource(name="click", codebase="none", group_size=2, env=EnvSettings
 TOKENS = 6
 
 
+def write_episode(store: LocalStore, group_id: str, index: int, version: int = 0) -> SeqMeta:
+    """One played episode's payload in ``store`` and its metadata: sample 0 succeeds, others fail."""
+    key = f"seq/{group_id}/{index}"
+    store.put(key, {
+        "token_ids": np.arange(TOKENS, dtype=np.int32),
+        "logprobs": np.full(TOKENS, -0.5, dtype=np.float32),
+        "loss_mask": np.arange(TOKENS) >= 2,
+    })  # fmt: skip
+    return SeqMeta(
+        key=key, group_id=group_id, source=SOURCE.name, sample_index=index, reward=float(index == 0),
+        success=index == 0, finish="done", turns=1, num_tokens=TOKENS, num_response_tokens=TOKENS - 2,
+        context_lengths=(2,), policy_version=version,
+    )  # fmt: skip
+
+
 class WritingPool:
     """Plays each episode by writing its payload to the store (sample 0 succeeds, 1 fails: every
     group is mixed and accepted); the run of a tenant in ``raises`` raises instead."""
@@ -33,17 +48,7 @@ class WritingPool:
         await asyncio.sleep(0)
         if (seed, index) in self.raises:
             raise RuntimeError(f"pool broke under {tenant_id}")
-        key = f"seq/{group_id}/{index}"
-        self.store.put(key, {
-            "token_ids": np.arange(TOKENS, dtype=np.int32),
-            "logprobs": np.full(TOKENS, -0.5, dtype=np.float32),
-            "loss_mask": np.arange(TOKENS) >= 2,
-        })  # fmt: skip
-        meta = SeqMeta(
-            key=key, group_id=group_id, source=SOURCE.name, sample_index=index, reward=float(index == 0),
-            success=index == 0, finish="done", turns=1, num_tokens=TOKENS, num_response_tokens=TOKENS - 2,
-            context_lengths=(2,), policy_version=0,
-        )  # fmt: skip
+        meta = write_episode(self.store, group_id, index)
         return TenantOutcome(tenant_id, "ok", value=[meta])
 
 

@@ -7,16 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import numpy as np
-
-from vlrl.config import DataSource, EnvSettings
+from tests.unit.control.test_driver_books import SOURCE, write_episode
 from vlrl.control.driver import Driver
 from vlrl.pool.tenant import TenantOutcome
-from vlrl.records import SeqMeta
 from vlrl.store.local import LocalStore
-
-SOURCE = DataSource(name="click", codebase="none", group_size=2, env=EnvSettings())
-TOKENS = 6
 
 
 class GatedPool:
@@ -31,18 +25,7 @@ class GatedPool:
         if seed == self.gated:
             await self.gate.wait()
         await asyncio.sleep(0)
-        key = f"seq/{group_id}/{index}"
-        self.store.put(key, {
-            "token_ids": np.arange(TOKENS, dtype=np.int32),
-            "logprobs": np.full(TOKENS, -0.5, dtype=np.float32),
-            "loss_mask": np.arange(TOKENS) >= 2,
-        })  # fmt: skip
-        meta = SeqMeta(
-            key=key, group_id=group_id, source=SOURCE.name, sample_index=index, reward=float(index == 0),
-            success=index == 0, finish="done", turns=1, num_tokens=TOKENS, num_response_tokens=TOKENS - 2,
-            context_lengths=(2,), policy_version=version,
-        )  # fmt: skip
-        return TenantOutcome(tenant_id, "ok", value=[meta])
+        return TenantOutcome(tenant_id, "ok", value=[write_episode(self.store, group_id, index, version)])
 
 
 def test_a_group_that_finishes_after_the_scan_already_too_old_leaves_as_stale_on_arrival():
