@@ -16,16 +16,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export RAY_AUTH_MODE=disabled
+# One OpenMP thread a process: a test's processes (Ray actors, spawned ranks) outnumber the cores,
+# and a second thread only waits for the first (test_trainer_parallel beside two busy cores: 142
+# CPU s with the default two threads, 123 with one). The vllm lane keeps vLLM's own setting.
+PYTEST=(env OMP_NUM_THREADS=1 .venv/bin/python -m pytest)
 
 LANES=(unit integration e2e vllm)
 WORKERS=(-n "${VLRL_TEST_WORKERS:-2}" --no-loadscope-reorder)
 
-# pytest with exit 5 turned into a failure; prints why.
+# A pytest command line, with exit 5 turned into a failure; prints why.
 run_pytest() {
-  local python=$1 status
-  shift
+  local status
   set +e
-  "$python" -m pytest "$@"
+  "$@"
   status=$?
   set -e
   if [[ $status == 5 ]]; then
@@ -56,7 +59,7 @@ run_vllm() {
     return 0
   fi
   [[ $status == 0 ]] || return $status
-  run_pytest .venv-vllm/bin/python tests/vllm "${WORKERS[@]}" --durations=30 "$@"
+  run_pytest .venv-vllm/bin/python -m pytest tests/vllm "${WORKERS[@]}" --durations=30 "$@"
 }
 
 run_lane() {
@@ -66,14 +69,14 @@ run_lane() {
   if [[ $lane == vllm ]]; then
     run_vllm "$@"
   else
-    run_pytest .venv/bin/python "tests/$lane" "${WORKERS[@]}" --durations=30 "$@"
+    run_pytest "${PYTEST[@]}" "tests/$lane" "${WORKERS[@]}" --durations=30 "$@"
   fi
 }
 
 if [[ $# -gt 0 && " ${LANES[*]} " == *" $1 "* ]]; then
   run_lane "$@"
 elif [[ $# -gt 0 ]]; then
-  run_pytest .venv/bin/python "$@"
+  run_pytest "${PYTEST[@]}" "$@"
 else
   # vLLM's environment installs while the first lanes run (mostly downloads and disk).
   VLLM_SETUP_LOG=$(mktemp)
@@ -81,7 +84,7 @@ else
   VLLM_SETUP_PID=$!
   failed=()
   echo "test: lanes unit, integration and e2e"
-  run_pytest .venv/bin/python tests/unit tests/integration tests/e2e "${WORKERS[@]}" --durations=30 \
+  run_pytest "${PYTEST[@]}" tests/unit tests/integration tests/e2e "${WORKERS[@]}" --durations=30 \
     || failed+=("unit/integration/e2e")
   run_lane vllm || failed+=(vllm)
   if [[ ${#failed[@]} -gt 0 ]]; then
