@@ -1,10 +1,12 @@
 """The PayloadStore contract (tests/unit/store/test_contract.py) on the stores behind Ray actors:
-the Ray store and TransferQueue, each on the session's Ray."""
+the Ray store and TransferQueue, each on the session's Ray; and what only a distributed store
+promises: a payload is readable from any actor and outlives the actor that wrote it."""
 
 from __future__ import annotations
 
 import uuid
 
+import numpy as np
 import pytest
 
 from tests.unit.store.test_contract import (  # noqa: F401  (the contract's tests, collected here on these stores)
@@ -36,7 +38,7 @@ from tests.unit.store.test_contract import CHUNK
 from vlrl.store import PayloadStore
 
 
-KEYS = [f"k{i}" for i in range(4)] + ["k"] + [f"shared-{r}" for r in range(20)]
+KEYS = [f"k{i}" for i in range(4)] + ["k", "seq"] + [f"shared-{r}" for r in range(20)]
 """Every key the contract's tests write."""
 
 
@@ -70,3 +72,35 @@ def store(request, built) -> PayloadStore:
     built[backend].delete(KEYS, missing_ok=True)
     if built[backend].stats().keys:  # a key this list misses: the next test gets a fresh store
         built.pop(backend).destroy()
+
+
+def test_reader_actor_sees_writer_actor_payload_after_writer_exits(ray_session, store):
+    ray = ray_session
+
+    @ray.remote(num_cpus=0)
+    class Writer:
+        def write(self, store, key, n):
+            store.put(key, {"token_ids": np.arange(n, dtype=np.int32), "logprobs": np.full(n, -0.5, np.float32)})
+            return store.io_stats().bytes_written
+
+    @ray.remote(num_cpus=0)
+    class Reader:
+        def read(self, store, key):
+            full = store.get([key])[key]
+            window = store.get_range(key, "token_ids", 5, 11)
+            return full["token_ids"], full["logprobs"], window, store.io_stats().bytes_read
+
+    read_before = store.io_stats().bytes_read
+    writer = Writer.remote()
+    assert ray.get(writer.write.remote(store, "seq", 23)) == 23 * 8
+    ray.kill(writer)  # the writer process is gone; its payload must not be
+    reader = Reader.remote()
+    tokens, logprobs, window, moved = ray.get(reader.read.remote(store, "seq"))
+    np.testing.assert_array_equal(tokens, np.arange(23, dtype=np.int32))
+    np.testing.assert_array_equal(logprobs, np.full(23, -0.5, np.float32))
+    np.testing.assert_array_equal(window, np.arange(5, 11, dtype=np.int32))
+    # The full row, then chunks [4,8) and [8,12) of token_ids only (CHUNK rows a chunk).
+    assert CHUNK == 4 and moved == 23 * 8 + 2 * 4 * 4
+    # The driver never read the payload; its own client moved nothing.
+    assert store.io_stats().bytes_read == read_before
+    ray.kill(reader)
