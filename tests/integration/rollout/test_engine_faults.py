@@ -80,13 +80,18 @@ def test_a_restarted_replica_serves_the_latest_pushed_weights(ray_session, tiny_
         ray.kill(engine)
 
 
-def test_a_bad_request_is_not_retried_over_ray(ray_session, tiny_path):
+def test_a_bad_request_is_not_retried_over_ray_and_reaches_the_caller_whole(ray_session, tiny_path):
     engine = EmbeddedEngine.Config(cpus=0, torch_threads=1).build(model_path=str(tiny_path))
     try:
         client = InferenceClient([RayEndpoint(engine, "engine-1")], InferenceClient.Config(backoff_s=0, retries=3))
-        with pytest.raises(BadRequestError, match="engine-1: generate raised ValueError: request r0: prompt_ids"):
+        with pytest.raises(BadRequestError) as caught:
             asyncio.run(client.generate("t", OUT_OF_VOCAB, [], GREEDY, request_id="r0"))
         assert ray_session.get(engine.stats.remote())["requests"] == 1
+        # The engine's own message, named by the replica, without Ray's traceback decoration.
+        message = str(caught.value)
+        assert message.startswith("engine engine-1: generate raised ValueError: request r0: prompt_ids hold ids in [1, 100000000]")
+        assert "expected 0 <= id < vocab_size=" in message
+        assert "\x1b[" not in message and "ray::" not in message and "pid=" not in message
     finally:
         ray_session.kill(engine)
 
