@@ -1,8 +1,15 @@
 """Every model family through the engine and the trainer: the embedded engine's logprobs of a
-stored multimodal multi-turn sequence equal a plain transformers forward of the family; after a
-trainer step and ``push_weights`` the engine equals the trainer; a checkpoint's ``hf/`` folder
-loads with the family's own transformers class and gives the trainer's logprobs. (Qwen2-VL's
-own runs are ``test_trainer_group``.)"""
+multimodal multi-turn sequence equal a plain transformers forward of the family; after a trainer
+step and a weight push the engine equals the trainer; a checkpoint's ``hf/`` folder loads with
+the family's own transformers class and gives the trainer's logprobs. (Qwen2-VL's own runs are
+``test_trainer_group``.)
+
+The trainer and the engine run as they do inside their actors, without Ray: every family's step
+in one spawned 1-rank world (``tests.helpers.worlds``), its ``Trainer`` built from the config a
+``TrainerGroup`` gives its ranks, and the engine's ``EngineCore`` in this process. The Ray wiring
+around them (the group's push through the object store, the engine actor) is the same for every
+family, and ``test_trainer_group`` checks it; an actor per family and side cost ~5 CPU s of imports
+each."""
 
 from __future__ import annotations
 
@@ -10,62 +17,85 @@ import uuid
 
 import numpy as np
 import pytest
-import ray
 from transformers import AutoProcessor
 
-from tests.integration.train.test_trainer_group import build_group
-from tests.helpers.trainer_workload import make_workload, reference_token_logprobs
+from tests.helpers.chat import run_core
+from tests.helpers.trainer_workload import Workload, make_workload, reference_token_logprobs
+from tests.helpers.worlds import World, run_worlds
 from vlrl.config import validate
 from vlrl.models import build_tiny, family
-from vlrl.rollout.engine import EmbeddedEngine
+from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.rollout.protocol import GenerateRequest, ImagePart
-from vlrl.store.ray_store import RayStore
+from vlrl.train.loss import PolicyLoss
+from vlrl.train.optimizer import Optimizer
+from vlrl.train.trainer import Trainer
+from vlrl.train.trainer_group import TrainerGroup
+
+FAMILIES = ["qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"]
 
 
-@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"])
-def stored(request, ray_session, tmp_path_factory):
-    path = build_tiny(request.param, tmp_path_factory.mktemp(request.param))
-    work = make_workload(path)
-    config = RayStore.Config(namespace=f"families-{uuid.uuid4().hex[:8]}")
-    store = work.store(config.build())
-    yield request.param, path, work, config
-    store.destroy()
+def rank_config() -> Trainer.Config:
+    """What the ranks of ``test_trainer_group.build_group``'s group are built from."""
+    return validate(TrainerGroup.Config(cpus_per_worker=0.5).rank_config(
+        optim=Optimizer.Config(lr=1e-3, schedule="constant"), loss=PolicyLoss.Config(kind="grpo"),
+        micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=160),
+    ))  # fmt: skip
 
 
-def test_engine_and_trainer_agree_with_transformers_before_and_after_a_step(stored, tmp_path):
-    name, path, work, store_config = stored
+def _steps_main(rank: int, world: int, builds: dict[str, tuple[str, Workload]], config: Trainer.Config, folder: str) -> dict:
+    """Each family's step metrics and the push after it (``Trainer.push_state``, what a
+    ``TrainerGroup`` rank hands ``push_weights``); its checkpoint under ``folder/<family>``."""
+    out = {}
+    for name, (path, work) in builds.items():
+        trainer = config.build(model_path=path, store=work.store(), layout=Layout())
+        metrics = trainer.step(work.metas)
+        push = trainer.push_state()
+        trainer.save(f"{folder}/{name}", {})
+        trainer.close()
+        out[name] = (metrics, push)
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict:
+    """Each family's checkpoint, workload, step metrics, push and saved checkpoint folder."""
+    tmp = tmp_path_factory.mktemp("families")
+    paths = {name: str(build_tiny(name, tmp / name)) for name in FAMILIES}
+    builds = {name: (path, make_workload(path)) for name, path in paths.items()}
+    ((results,),) = run_worlds(tmp / "world", [World(1, _steps_main, (builds, rank_config(), str(tmp / "ckpt")))])
+    return {name: (path, work, *results[name], tmp / "ckpt" / name) for name, (path, work) in builds.items()}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_engine_and_trainer_agree_with_transformers_before_and_after_a_step(trained, name):
+    path, work, metrics, push, ckpt = trained[name]
     meta = work.metas[0]
     row = work.rows[meta.key]
     pixels = [work.images[meta.images[i].store_key] for _, i in meta.image_offsets]
     parts = tuple(
         ImagePart(meta.images[i].content_hash, p.shape[1], p.shape[0], p) for (_, i), p in zip(meta.image_offsets, pixels)
     )
-    processor = AutoProcessor.from_pretrained(str(path))
-    engine = validate(EmbeddedEngine.Config(cpus=0, torch_threads=1)).build(model_path=str(path))
-    group = build_group(path, store_config)
+    processor = AutoProcessor.from_pretrained(path)
 
-    def engine_logprobs() -> np.ndarray:
-        request = GenerateRequest(f"s-{uuid.uuid4().hex}", f"t-{uuid.uuid4().hex}", row["token_ids"], parts)
-        return np.asarray(ray.get(engine.score.remote(request)).logprobs)
+    async def before_and_after(core) -> tuple[np.ndarray, np.ndarray]:
+        def request() -> GenerateRequest:
+            return GenerateRequest(f"s-{uuid.uuid4().hex}", f"t-{uuid.uuid4().hex}", row["token_ids"], parts)
 
-    try:
-        model = family(name).load(path).eval()
-        before = engine_logprobs()
-        np.testing.assert_allclose(before[1:], reference_token_logprobs(model, processor, row["token_ids"], pixels)[1:], atol=2e-4)
+        before = np.asarray((await core.score(request())).logprobs)
+        await core.update_weights(push, 1)
+        assert core.policy_version() == 1
+        return before, np.asarray((await core.score(request())).logprobs)
 
-        metrics = group.step(work.metas)
-        assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
-        group.push_weights([engine], version=1)
-        after = engine_logprobs()
-        model.load_state_dict(ray.get(group.workers[0].weights.remote()), strict=True)
-        trainer_side = reference_token_logprobs(model, processor, row["token_ids"], pixels)
-        assert not np.allclose(before[1:], after[1:], atol=1e-4)  # the step moved the policy
-        np.testing.assert_allclose(after[1:], trainer_side[1:], atol=2e-4)
+    before, after = run_core(path, before_and_after, cpus=0)
+    model = family(name).load(path).eval()
+    np.testing.assert_allclose(before[1:], reference_token_logprobs(model, processor, row["token_ids"], pixels)[1:], atol=2e-4)
 
-        group.save(tmp_path / "ckpt", {})
-        saved = family(name).model_class.from_pretrained(str(tmp_path / "ckpt" / "hf")).eval()
-        reloaded = reference_token_logprobs(saved, processor, row["token_ids"], pixels)
-        np.testing.assert_allclose(reloaded, trainer_side, atol=1e-6)
-    finally:
-        ray.kill(engine)
-        group.shutdown()
+    assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
+    model.load_state_dict(push, strict=True)
+    trainer_side = reference_token_logprobs(model, processor, row["token_ids"], pixels)
+    assert not np.allclose(before[1:], after[1:], atol=1e-4)  # the step moved the policy
+    np.testing.assert_allclose(after[1:], trainer_side[1:], atol=2e-4)
+
+    saved = family(name).model_class.from_pretrained(str(ckpt / "hf")).eval()
+    reloaded = reference_token_logprobs(saved, processor, row["token_ids"], pixels)
+    np.testing.assert_allclose(reloaded, trainer_side, atol=1e-6)

@@ -11,20 +11,17 @@ gradient is 0 and engine == trainer holds trivially)."""
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import replace
-from datetime import timedelta
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from transformers import AutoProcessor
 
 from tests.helpers.chat import part
-from tests.helpers.trainer_workload import make_workload, reference_step, reference_token_logprobs
+from tests.helpers.trainer_workload import Workload, make_workload, reference_step, reference_token_logprobs
+from tests.helpers.worlds import World, run_worlds
 from tests.integration.train.test_trainer_parallel import LOSS, trainer_config
 from vlrl.models import build_tiny, family_of
 from vlrl.models.adapters import LORA_A, LORA_B
@@ -55,49 +52,56 @@ def nonzero_b(names_shapes) -> dict[str, torch.Tensor]:
     }
 
 
-def _rank_main(rank: int, world: int, path: str, work_file: str, rdzv: str, out_file: str, ckpt: str, config) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world, timeout=timedelta(seconds=180))
-    with open(work_file, "rb") as f:
-        work = pickle.load(f)
+def lora_main(rank: int, world: int, path: str, work: Workload, ckpt: str, config) -> dict | None:
+    """``LAYOUTS``' steps (``B`` set non-zero first); on the first, a second step, its pushes and a
+    checkpoint. Rank 0 returns ``{layout: results}``."""
     store = work.store()
     results = {}
-    try:
-        for shape in LAYOUTS:
-            trainer = config.build(model_path=path, store=store, layout=Layout(*shape))
-            hf = trainer.model.model
-            b = nonzero_b((n, p.shape) for n, p in hf.named_parameters())
-            set_model_state_dict(hf, b, options=StateDictOptions(full_state_dict=True, strict=False))
-            metrics = trainer.forward_backward(work.metas)
-            grads = {}
-            for name, param in hf.named_parameters():
-                if param.grad is not None:
-                    grad = param.grad.full_tensor() if hasattr(param.grad, "full_tensor") else param.grad
-                    grads[name] = grad.detach().clone()
-            trainer.apply_gradients()
-            weights = {n: v.clone() for n, v in trainer.model.full_state_dict()}
-            first_push = trainer.push_state()
-            out = {"metrics": metrics, "grads": grads, "weights": weights, "first_push": first_push}
-            if shape == LAYOUTS[0]:
-                trainer.step(work.metas)  # a second step: the next push replaces the first's adapters
-                out.update(second_push=trainer.push_state(), second_weights={n: v.clone() for n, v in trainer.model.full_state_dict()})
-                out.update(merged_push=trainer.push_state(merged=True))  # what VLLMEngine is sent
-                trainer.save(ckpt)
-            results[shape] = out
-            trainer.close()
-    finally:
-        dist.destroy_process_group()
-    if rank == 0:
-        with open(out_file, "wb") as f:
-            pickle.dump(results, f)
+    for shape in LAYOUTS:
+        trainer = config.build(model_path=path, store=store, layout=Layout(*shape))
+        hf = trainer.model.model
+        b = nonzero_b((n, p.shape) for n, p in hf.named_parameters())
+        set_model_state_dict(hf, b, options=StateDictOptions(full_state_dict=True, strict=False))
+        metrics = trainer.forward_backward(work.metas)
+        grads = {}
+        for name, param in hf.named_parameters():
+            if param.grad is not None:
+                grad = param.grad.full_tensor() if hasattr(param.grad, "full_tensor") else param.grad
+                grads[name] = grad.detach().clone()
+        trainer.apply_gradients()
+        weights = {n: v.clone() for n, v in trainer.model.full_state_dict()}
+        first_push = trainer.push_state()
+        out = {"metrics": metrics, "grads": grads, "weights": weights, "first_push": first_push}
+        if shape == LAYOUTS[0]:
+            trainer.step(work.metas)  # a second step: the next push replaces the first's adapters
+            out.update(second_push=trainer.push_state(), second_weights={n: v.clone() for n, v in trainer.model.full_state_dict()})
+            out.update(merged_push=trainer.push_state(merged=True))  # what VLLMEngine is sent
+            trainer.save(ckpt)
+        results[shape] = out
+        trainer.close()
+    return results if rank == 0 else None
+
+
+@pytest.fixture(scope="module")
+def spawned(tmp_path_factory) -> dict:
+    """Each family's checkpoint, workload, config, rank 0's results and checkpoint folder: every
+    family's 2-rank world in one spawn (``tests.helpers.worlds``)."""
+    tmp = tmp_path_factory.mktemp("lora")
+    builds, worlds = {}, []
+    for family in sorted(LORAS):
+        path = str(build_tiny(family, tmp / family / "model"))
+        work = make_workload(path, members=2)  # 4 sequences: 2 per DP rank, windows across both CP ranks
+        config = replace(trainer_config(), lora=LORAS[family])
+        builds[family] = (path, work, config, tmp / family / "ckpt")
+        worlds.append(World(2, lora_main, (path, work, str(tmp / family / "ckpt"), config)))
+    results = run_worlds(tmp / "worlds", worlds)
+    return {family: (*build, ranks[0]) for (family, build), ranks in zip(builds.items(), results, strict=True)}
 
 
 @pytest.fixture(scope="module", params=sorted(LORAS))
-def lora_run(request, tmp_path_factory):
+def lora_run(request, spawned):
     family = request.param
-    tmp = tmp_path_factory.mktemp(f"lora-{family}")
-    path = str(build_tiny(family, tmp / "model"))
-    work = make_workload(path, members=2)  # 4 sequences: 2 per DP rank, windows across both CP ranks
-    config = replace(trainer_config(), lora=LORAS[family])
+    path, work, config, ckpt, results = spawned[family]
 
     def adapt(model):
         LORAS[family].build(model)
@@ -106,10 +110,7 @@ def lora_run(request, tmp_path_factory):
     want = reference_step(
         path, work, LOSS, lr=config.optim.lr, betas=config.optim.betas, max_grad_norm=config.optim.max_grad_norm, adapt=adapt
     )  # fmt: skip
-    (tmp / "work.pkl").write_bytes(pickle.dumps(work))
-    args = (2, path, str(tmp / "work.pkl"), str(tmp / "rdzv"), str(tmp / "out.pkl"), str(tmp / "ckpt"), config)
-    mp.spawn(_rank_main, args=args, nprocs=2)
-    return family, path, work, want, pickle.loads((tmp / "out.pkl").read_bytes()), tmp / "ckpt"
+    return family, path, work, want, results, ckpt
 
 
 def test_parallel_lora_step_equals_single_process_and_frozen_weights_stay(lora_run):
