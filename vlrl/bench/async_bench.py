@@ -45,22 +45,25 @@ from vlrl.harness import register
 
 SIZES = {
     "smoke": {
-        "steps": 3, "warm_steps": 0, "warm_episodes": 0, "eval_episodes": 4, "configs": ("long",),
-        "turns": 4, "group_size": 4, "groups_per_batch": 2, "hold_first_push": True,
+        "steps": 2, "warm_steps": 0, "warm_episodes": 0, "eval_episodes": 1, "configs": ("long",),
+        "turns": 2, "group_size": 2, "groups_per_batch": 2, "hold_first_push": True, "env_hosts": 1,
     },
     "small": {
         "steps": 3, "warm_steps": 20, "warm_episodes": 64, "eval_episodes": 8, "configs": ("long",),
-        "turns": 6, "group_size": 4, "groups_per_batch": 4, "hold_first_push": False,
+        "turns": 6, "group_size": 4, "groups_per_batch": 4, "hold_first_push": False, "env_hosts": 2,
     },
     "full": {
         "steps": 20, "warm_steps": 250, "warm_episodes": 512, "eval_episodes": 200, "configs": ("main", "long"),
-        "turns": 15, "group_size": 8, "groups_per_batch": 8, "hold_first_push": False,
+        "turns": 15, "group_size": 8, "groups_per_batch": 8, "hold_first_push": False, "env_hosts": 2,
     },
 }  # fmt: skip
 """``hold_first_push``: the asynchronous run's first weight push waits until its next batch is
 rolled out (``TrainJob(hold_first_push=True)``), so that batch is trained one version stale
-whatever the machine's speed: the smoke run checks the staleness books, it measures nothing.
-``warm_steps`` 0: no warm start, every run starts from the recipe's own model."""
+whatever the machine's speed: the smoke run checks the staleness books, it measures nothing
+(two steps: the second trains the batch rolled out before the first push; two-turn episodes,
+so that an episode could span an update).
+``warm_steps`` 0: no warm start, every run starts from the recipe's own model. ``env_hosts``: the
+``long`` configuration's desktop hosts (beside one loop host)."""
 LATENCY_MEDIAN_S = 1.0
 LATENCY_SIGMA = 0.8
 MAIN_RECIPE = Path(__file__).resolve().parents[2] / "examples" / "train_click.py"
@@ -151,7 +154,8 @@ def _train(run_dir: Path, name: str, mode: str, policy: str | None, shape: dict[
         source.agent = replace(source.agent, max_turns=shape["turns"])
         source.group_size = shape["group_size"]
         config.driver = replace(config.driver, groups_per_batch=shape["groups_per_batch"])
-        config.pool.budget = HostBudget(total_hosts=3, shares={"loop": 1, "desktop-latency": 2})
+        hosts = shape["env_hosts"]
+        config.pool.budget = HostBudget(total_hosts=1 + hosts, shares={"loop": 1, "desktop-latency": hosts})
         config.pool.env_host = HostConfig(max_tenants=64, threads=64)  # a delay holds a thread, not a core
         # One decode thread: with up to 128 episodes in flight beside the trainer, two threads
         # oversubscribed the two cores (measured: 10 synchronous steps in 219 s with two, 141 s with one).

@@ -2,7 +2,18 @@
 
 Each run trains the tiny model on the main job's click-target source at CI size (a Harness Pool,
 an embedded engine, the Ray store, the metadata-only driver with an asynchronous judge, the
-trainer and weight pushes) and, at a random moment of a random step, injects one fault:
+trainer and weight pushes) and, at a random moment of a random step, injects one fault.
+
+The runs share one session (engine, store, pool and trainer), one after the other, as one
+training run whose policy versions go on from run to run: what a fault leaves behind (a replaced
+host, a restarted engine or shard with empty caches, a stalled harness thread) is what the next
+run trains on, which is the claim under test, that a survived fault leaves the job usable. Each
+run has a driver of its own, so its books and its failure reasons are its own, and the store
+must be empty again when that driver closes. A run that did not survive, or left a key, ends the
+session: the next fault starts a fresh one (``session`` counts them), so it is never blamed for
+an earlier fault's damage. ``cache_miss_burst`` needs its own engine settings and so its own
+session. Every run's harness is the desktop made thread-bound (``chaos-desktop``: the
+``harness_timeout`` stall needs it; it behaves as the desktop until the stall is armed). The faults:
 
 - ``loop_host`` / ``env_host``: a loop host / env host actor killed (its tenants die with it);
 - ``engine``: the engine replica killed (Ray restarts it; its caches are empty);
@@ -22,7 +33,8 @@ failed + stale + pending with pending the groups really open, and the book's ope
 groups are the driver's own; ``Driver.books_drift``), ``books_drift`` (what disagreed, each line
 naming its counter), ``books`` (the driver's counts, reasons and incidents), ``keys_left`` (store
 keys after the driver closed: 0 means nothing leaked), ``error`` (what ended a run that did not
-survive, its type and first line) and the driver's failure reasons. Nothing is simulated: actors are killed with ``ray.kill``, the judge and the
+survive, its type and first line), ``session`` (which session ran it, from 0) and the driver's
+failure reasons. Nothing is simulated: actors are killed with ``ray.kill``, the judge and the
 harness really stall.
 """
 
@@ -53,9 +65,8 @@ def run(size: str = "small") -> dict[str, Any]:
     started = not ray.is_initialized()
     if started:
         ray.init(include_dashboard=False, log_to_driver=False, object_store_memory=512 * 1024**2)
-    _register_chaos_desktop()
     try:
-        faults = {fault: _one(fault, STEPS[size], seed=i) for i, fault in enumerate(FAULTS)}
+        faults = run_faults(FAULTS, STEPS[size])
     finally:
         if started:
             ray.shutdown()
@@ -65,26 +76,68 @@ def run(size: str = "small") -> dict[str, Any]:
         "books_exact": sum(f["books_exact"] for f in faults.values()),
         "keys_left": sum(f["keys_left"] or 0 for f in faults.values()),
         "runs": len(faults),
+        "sessions": len({f["session"] for f in faults.values()}),
     }
 
 
-def _one(fault: str, steps: int, *, seed: int) -> dict[str, Any]:
+def run_faults(faults: tuple[str, ...], steps: int, *, seed: int | None = None) -> dict[str, dict[str, Any]]:
+    """One run of ``steps`` RL steps per fault, in order, on as few sessions as stay sound (the
+    module's docstring); each fault's outcome. ``seed``: every run's injection draws (the moment
+    and the step); None draws from the fault's place in ``FAULTS``."""
+    _register_chaos_desktop()
+    outcomes: dict[str, dict[str, Any]] = {}
+    sessions = 0
+    for setting in dict.fromkeys(map(_setting, faults)):
+        pending = [fault for fault in faults if _setting(fault) == setting]
+        while pending:
+            ran = _session(pending, steps, seed, sessions)
+            outcomes.update(ran)
+            pending = pending[len(ran) :]
+            sessions += 1
+    return {fault: outcomes[fault] for fault in faults}
+
+
+def _setting(fault: str) -> str:
+    """The faults of one setting can share a session (the same config)."""
+    return "tiny image cache" if fault == "cache_miss_burst" else "main"
+
+
+def _session(faults: list[str], steps: int, seed: int | None, index: int) -> dict[str, dict[str, Any]]:
+    """``faults`` in turn on one session, until one leaves it unsound; the outcomes of those run."""
     from vlrl.job.session import JobSession
 
     with tempfile.TemporaryDirectory(prefix="vlrl-chaos-") as scratch:
-        config = _config(fault, Path(scratch), steps)
-        outcome: dict[str, Any] = {"injected": False, "survived": False, "books_exact": True, "keys_left": None}
+        config = _config(faults[0], Path(scratch), steps * len(faults))
         with JobSession(config) as session:
-            asyncio.run(_train(session, fault, steps, random.Random(seed), outcome))
-        return outcome
+            return asyncio.run(_train_each(session, faults, steps, seed, index))
+
+
+async def _train_each(
+    s: Any, faults: list[str], steps: int, seed: int | None, index: int
+) -> dict[str, dict[str, Any]]:
+    group = s.trainer_group(s.model_path)
+    outcomes: dict[str, dict[str, Any]] = {}
+    try:
+        for fault in faults:
+            rng = random.Random(FAULTS.index(fault) if seed is None else seed)
+            out: dict[str, Any] = {"injected": False, "survived": False, "books_exact": True, "keys_left": None}
+            out["session"] = index
+            await _train(s, group, fault, steps, rng, out)
+            outcomes[fault] = out
+            if not out["survived"] or out["keys_left"] != 0:
+                break  # the session is not sound for the next fault: a fresh one runs it
+    finally:
+        group.shutdown()
+    return outcomes
 
 
 def _config(fault: str, run_dir: Path, steps: int) -> Any:
+    """The session's config for ``fault``'s setting; ``steps``: all its runs' steps together."""
     from vlrl.recipes import AgentBehaviour, DataSource, EnvSettings, Evaluation, GraderRunner, base_recipe
 
     source = DataSource(
         name="click",
-        codebase=CHAOS_DESKTOP if fault == "harness_timeout" else "desktop",
+        codebase=CHAOS_DESKTOP,
         agent=AgentBehaviour(max_turns=3 if fault == "cache_miss_burst" else 1, max_tokens=24, prompt_template="gui-agent-short"),
         env=EnvSettings(width=160, height=120, tasks=["click-target"], params={"distractors": 0}),
         group_size=4,
@@ -103,7 +156,9 @@ def _config(fault: str, run_dir: Path, steps: int) -> Any:
     return config
 
 
-async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[str, Any]) -> None:
+async def _train(s: Any, group: Any, fault: str, steps: int, rng: random.Random, out: dict[str, Any]) -> None:
+    """One fault's run: ``steps`` RL steps of a driver of its own from the engines' version on,
+    ``fault`` injected; its outcome folded into ``out``."""
     from vlrl.control.driver import Driver
     from vlrl.pool.remote_errors import describe
     from vlrl.rollout.agent_loop import agent_loop_factory
@@ -115,7 +170,6 @@ async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[s
         s.config.driver, s.config.sources, pool, store, advantage=s.config.advantage, grader=judge,
         tenant_factory=agent_loop_factory, seed=0,
     )
-    group = s.trainer_group(s.model_path)
     armed = fault in ("grader_hang", "harness_timeout", "hook_store_error", "pool_run_raises")
     at_step = 0 if armed else rng.randrange(steps - 1)  # armed faults need rollouts still to come
     injector = None
@@ -128,7 +182,7 @@ async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[s
             )
 
     try:
-        await run_steps(s, driver, group, steps, out, before_step=inject)
+        await run_steps(s, driver, group, steps, out, before_step=inject, first_version=s.engine_version)
         out["survived"] = True
     except Exception as error:  # the figure is what ended the run
         out["error"] = describe(error).splitlines()[0]
@@ -144,20 +198,20 @@ async def _train(s: Any, fault: str, steps: int, rng: random.Random, out: dict[s
             out.setdefault("error", f"close: {describe(error).splitlines()[0]}")
         out["reasons"] = dict(driver.book.reasons)
         out["books"] = driver.book.report()
-        group.shutdown()
 
 
 async def run_steps(
-    s: Any, driver: Any, group: Any, steps: int, out: dict[str, Any], *, before_step: Any = None
+    s: Any, driver: Any, group: Any, steps: int, out: dict[str, Any], *, before_step: Any = None, first_version: int = 0
 ) -> None:
-    """``steps`` RL steps from policy version 0, each the training job's own ``rl_step``;
-    ``before_step(step)`` runs before each (the fault injection); the books are checked after each."""
+    """``steps`` RL steps from policy version ``first_version``, each the training job's own
+    ``rl_step``; ``before_step(step)`` runs before each (the fault injection); the books are
+    checked after each."""
     from vlrl.job.rl_step import rl_step
 
     for step in range(steps):
         if before_step is not None:
             before_step(step)
-        await rl_step(s, driver, group, step)
+        await rl_step(s, driver, group, first_version + step)
         _check_books(driver, out)
 
 

@@ -55,7 +55,7 @@ def _largest_gather_batch() -> int:
 
 
 SIZES = {
-    "smoke": {"batch_sizes": (2, 4, 6), "metadata_only": 64},
+    "smoke": {"batch_sizes": (2, 4), "metadata_only": 64},
     "small": {"batch_sizes": (2, 8, 16), "metadata_only": 512},
     "full": {"batch_sizes": (2, 8, 16, _largest_gather_batch()), "metadata_only": 4096},
 }

@@ -55,7 +55,7 @@ class Size:
 
 
 SIZES = {
-    "smoke": Size(WORLD4_LAYOUTS, (2, 8), (0,), WallSpec(n_images=24, reps=3)),
+    "smoke": Size(WORLD4_LAYOUTS, (2, 8), (0,), WallSpec(n_images=24, reps=1)),
     "small": Size(WORLD4_LAYOUTS, (2, 8, 32), (0, 1, 2), WallSpec(n_images=48, reps=5)),
     "full": Size(
         (*WORLD4_LAYOUTS, (2, 2, 2), (4, 2, 2)), (2, 4, 8, 16, 32, 64), tuple(range(10)), WallSpec(128, 7, group_size=4)

@@ -54,7 +54,7 @@ from vlrl.mm import encode_image
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode
 
 SIZES = {
-    "smoke": {"n": 12, "steps": (4, 8), "io_median_s": 0.1, "runs": 1, "sweep": (12, 16), "hop_calls": 0},
+    "smoke": {"n": 12, "steps": (4, 8), "io_median_s": 0.1, "runs": 1, "sweep": (8, 12), "hop_calls": 0},
     "small": {"n": 24, "steps": (15, 30), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48), "hop_calls": 20},
     "full": {
         "n": 48, "steps": (15, 50), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48, 96, 192, 384), "hop_calls": 20

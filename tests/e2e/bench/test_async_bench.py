@@ -8,10 +8,10 @@ from __future__ import annotations
 
 
 
-def test_vlrl_bench_async_runs_both_modes_side_by_side():
-    from tests.helpers.run_bench import run_bench_alone
+def test_vlrl_bench_async_runs_both_modes_side_by_side(ray_session):
+    from tests.helpers.run_bench import run_bench
 
-    result = run_bench_alone("async", size="smoke", timeout_s=900)
+    result = run_bench("async", size="smoke")
     long = result["configs"]["long"]
     sync, asynchronous = long["sync"], long["async"]
     # Synchronous: every trained token was sampled by the policy being trained, no episode

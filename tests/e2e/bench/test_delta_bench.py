@@ -35,7 +35,7 @@ def test_the_engine_receives_exactly_what_the_client_ships(ray_session):
     images = delta_bench.screenshots(6)
     bytes_ = delta_bench.measure_bytes((6,), images)["T6"]
     assert bytes_["bytes_delta"] == bytes_["bytes_lower_bound"] < bytes_["bytes_window5"] < bytes_["bytes_full"]
-    rollout = delta_bench.measure_rollout(6, 2, images, reps=2)  # asserts the engine's counter equals the client's
+    rollout = delta_bench.measure_rollout(6, 2, images, reps=1)  # asserts the engine's counter equals the client's
     assert 0 < rollout["delta"]["image_bytes"] < rollout["full"]["image_bytes"]
 
 

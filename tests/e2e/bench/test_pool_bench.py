@@ -29,10 +29,10 @@ def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_the_baselines_me
     for scheme, roles in roles_of.items():
         assert all(result[scheme][f"{role}_core_ms_per_step"]["min"] > 0 for role in roles), result[scheme]
     sweep = result["sweep"]
-    assert [point["episodes"] for point in sweep] == [12, 16]
+    assert [point["episodes"] for point in sweep] == [8, 12]  # 12: the timed run's (b), not run again
     assert all(point["actors"] == point["episodes"] for point in sweep)
     assert sweep[1]["gcs_fds"] > sweep[0]["gcs_fds"]  # one descriptor (or more) per actor
     # The report plots the sweep: each curve has a point per N.
     curves = {curve.name: curve for curve in curves_of("pool", result)}
-    assert curves["sweep_gcs_fds"].series["one actor per rollout"] == [(12, sweep[0]["gcs_fds"]), (16, sweep[1]["gcs_fds"])]
+    assert curves["sweep_gcs_fds"].series["one actor per rollout"] == [(8, sweep[0]["gcs_fds"]), (12, sweep[1]["gcs_fds"])]
     assert {"sweep_throughput", "sweep_rss_mb"} <= curves.keys()

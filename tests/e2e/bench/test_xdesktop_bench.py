@@ -11,7 +11,7 @@ from harnesses.xdesktop.tasks import FAMILIES
 def test_vlrl_bench_xdesktop_reports_every_family():
     from tests.helpers.run_bench import run_bench_alone
 
-    result = run_bench_alone("xdesktop")
+    result = run_bench_alone("xdesktop", size="smoke")  # one episode and one cold start a family
     assert set(result["families"]) == set(FAMILIES)
     for name, figures in result["families"].items():
         assert figures["oracle_success"] == 1.0, name
