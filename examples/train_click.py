@@ -65,7 +65,7 @@ def small() -> TrainJob.Config:
     """A smoke run of every stage at CI size: 2 warm-start steps, 2 RL steps."""
     config = ci_size(recipe(), "runs/train_click_small", demonstrations=16, group_size=4)
     config.warm_start.sequences_per_step = 8
-    config.eval = Evaluation(episodes=4, every=1, screenshots=1)
+    config.eval = Evaluation(episodes=4, every=1, screenshots=1, constant_grid=(2, 2))  # ci_size's baseline grid
     config.checkpoint_every = 1
     return config
 

@@ -32,7 +32,8 @@ FLAKY = textwrap.dedent(
 def test_an_openai_agent_trains_and_flaky_runs_are_counted_failures(ray_session, tmp_path):
     flaky = tmp_path / "flaky_agent.py"
     flaky.write_text(FLAKY)
-    config = load_recipe(RECIPE, [f"run_dir={tmp_path / 'run'}"])
+    # evaluations beyond one episode, plots and TensorBoard are the canonical run's to test
+    config = load_recipe(RECIPE, [f"run_dir={tmp_path / 'run'}", "eval.episodes=1", "plots=false", "tensorboard=false"])
     config.sources.append(
         DataSource(
             name="flaky",

@@ -1,14 +1,14 @@
 """The training job end to end at CI size (examples/train_click.py): warm start, RL steps with
 weight sync, held-out evaluation, the run folder, the JSON summary; resume; a branch from the warm
 start; ``vlrl eval`` of the finished folder (all read from the session's one canonical run,
-``finished_run`` in tests/e2e/conftest.py); and, in runs of their own, two harness codebases in one
-run with their batch shares, and a crash mid-step resumed."""
+``finished_run`` in tests/e2e/conftest.py); and, in a run of its own, a crash mid-step resumed.
+Several harness codebases in one run, with their pools and batch shares, are
+tests/e2e/examples/test_training_recipes.py."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -17,10 +17,6 @@ from vlrl.config import load_recipe
 from vlrl.job.metrics_log import read_metrics
 
 SUMMARY_KEYS = {"success_first", "success_warm_start", "success_last", "success_chance", "steps", "wall_s"}
-
-
-def _run(spec: str, run_dir: Path, *overrides: str) -> dict:
-    return load_recipe(f"{RECIPE}:{spec}", [f"run_dir={run_dir}", *overrides]).build().run()
 
 
 def test_the_small_recipe_trains_every_group_and_prints_its_summary(finished_run):
@@ -86,18 +82,6 @@ def test_a_branch_from_the_warm_start_skips_demonstrations_and_starts_from_its_w
     (step,) = [r for r in records if r["phase"] == "rl"]
     assert step["train/logprob_mismatch_max"] < 1e-4  # a resumed LoRA :small run measured 0.79 while pushes left the engines' frozen weights
     assert run.warm_start_state_after_branch == run.warm_start_state  # the checkpoint it started from, untouched
-
-
-def test_two_harness_codebases_in_one_run_keep_their_pools_and_batch_shares(ray_session, tmp_path):
-    run_dir = tmp_path / "mixed"
-    summary = _run("mixed_small", run_dir)
-    assert summary["steps"] == 2 and summary["store_keys_left"] == 0
-    assert set(summary["sources"]) == {"desktop-click", "web-forms"}
-    rl = [r for r in read_metrics(run_dir) if r["phase"] == "rl"]
-    for record in rl:  # 4 groups per batch at shares 3:1
-        assert record["batch/desktop-click/groups"] == 3 and record["batch/web-forms/groups"] == 1
-    assert sum(r["rollout/web-forms/episodes"] for r in rl) >= 2
-    assert sum(r["rollout/desktop-click/episodes"] for r in rl) >= 6
 
 
 def test_a_crash_mid_step_with_rollouts_ahead_resumes_training_each_group_once(ray_session, tmp_path, monkeypatch):

@@ -13,7 +13,9 @@ from vlrl.job.evaluate import EVAL_SEED_BASE
 from vlrl.job.metrics_log import read_metrics
 from vlrl.job.run_folder import SUMMARY_FILE
 
-AT_CHANCE = ("warm_start.continue_below_baseline=false", "warm_start.lr=1e-9", "warm_start.eval_every=1", "plots=false")
+AT_CHANCE = (
+    "warm_start.continue_below_baseline=false", "warm_start.lr=1e-9", "warm_start.eval_every=1", "plots=false", "tensorboard=false"
+)
 
 
 def test_a_warm_start_left_at_chance_stops_the_job_before_rl(ray_session, tmp_path, capsys):
