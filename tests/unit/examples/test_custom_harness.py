@@ -1,5 +1,6 @@
 """examples/train_custom_harness.py: a harness written in a recipe file passes the harness contract and
-its oracle solves it. The training job on it is tests/e2e/examples/test_custom_harness.py."""
+its oracle solves it. It trains as one source of
+the five-codebase run in tests/e2e/examples/test_training_recipes.py."""
 
 from __future__ import annotations
 

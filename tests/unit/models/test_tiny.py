@@ -125,7 +125,8 @@ def test_words_must_be_letters():
 def test_a_recipes_tiny_family_is_the_family_the_job_trains(name, tmp_path):
     """``tiny.family`` on ``train_click:small`` builds that family's folder, whose family the job's
     summary reports (``model_family``). The one whole run of another family is
-    tests/e2e/job/test_families_train.py (a transformers-built Qwen3-VL folder)."""
+    the desktop form run of tests/e2e/examples/test_training_recipes.py (a transformers-built
+    Qwen3-VL folder)."""
     config = load_recipe(f"{TRAIN_CLICK}:small", [f"tiny.family={name}"])
     assert family_of(config.tiny.build(tmp_path / "model")).name == name
 
