@@ -255,6 +255,11 @@ def _rank_main(rank: int, world: int, port: int, shape: Shape, model_path: str, 
     exit_rank()
 
 
+PORT_TRIES = 3
+"""Spawns of one layout when rank 0's port was taken between ``_free_port`` and its listen (another
+process on the machine bound it meanwhile: a whole-suite run hit it)."""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -271,7 +276,13 @@ def spawn_layouts(size: Size, layouts: tuple[Shape, ...]) -> dict[str, dict[str,
         for shape in layouts:
             out = Path(tmp) / f"{layout_name(shape)}.json"
             world = shape[0] * shape[1] * shape[2]
-            mp.spawn(_rank_main, args=(world, _free_port(), shape, model_path, size, str(out)), nprocs=world, join=True)
+            for attempt in range(PORT_TRIES):
+                try:
+                    mp.spawn(_rank_main, args=(world, _free_port(), shape, model_path, size, str(out)), nprocs=world)
+                    break
+                except mp.ProcessRaisedException as error:
+                    if "EADDRINUSE" not in str(error) or attempt == PORT_TRIES - 1:
+                        raise
             per_layout[layout_name(shape)] = json.loads(out.read_text())
     return per_layout
 

@@ -41,8 +41,9 @@ FOLDERS = (
 EXTENSIONS = ("txt", "md", "csv", "log")
 FIXED_MTIME = 1_700_000_000
 """2023-11-14: every entry of an episode's folder shows this modification time."""
-APP_TIMEOUT_S = 20.0
-"""How long an application may take to show its window (two shared cores start GTK slowly)."""
+APP_TIMEOUT_S = 60.0
+"""How long an application may take to show its window: a bound on a hang, not a speed (two
+shared cores start GTK slowly; beside a whole test suite a file manager once took over 20 s)."""
 
 _PCMANFM_CONF = """[config]
 bm_open_method=0

@@ -100,10 +100,13 @@ def test_a_crash_mid_step_with_rollouts_ahead_resumes_training_each_group_once(r
 
     real = rl_step.train_on
 
-    async def crashing(batch, *args):
+    async def crashing(batch, driver, *args):
         if batch.step == 4:  # step 3 trained and logged after the step-2 checkpoint; groups in flight
             raise RuntimeError("crash in the middle of an asynchronous step")
-        return await real(batch, *args)
+        done = await real(batch, driver, *args)
+        if batch.step == 2:  # step 3's groups are buffered before the step-2 checkpoint, however slow the rollouts
+            await driver.fill(args[-1])
+        return done
 
     monkeypatch.setattr(rl_step, "train_on", crashing)
     with pytest.raises(RuntimeError, match="crash in the middle"):
