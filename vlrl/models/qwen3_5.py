@@ -5,7 +5,8 @@ rotates); it writes screen points normalised to 0-999 as Qwen3-VL does.
 
 A linear-attention layer keeps a recurrent state (and a short causal-convolution window) instead
 of keys and values, so what vlrl does for it differs: packed training resets both at every
-segment border (``train.linear_attention``), and the embedded engine keeps them at turn borders
+segment border and runs each segment in sequence order across CP ranks, TP splitting the layer's
+heads (``train.linear_attention``), and the embedded engine keeps them at turn borders
 (``rollout.engine.runner``). See ``docs/models.md`` for what runs where.
 """
 
@@ -15,7 +16,6 @@ from typing import Any
 
 from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
-from vlrl.config import ConfigError
 from vlrl.models.qwen3_vl import Qwen3VL
 
 HEAD_DIM = 32
@@ -48,17 +48,12 @@ class Qwen35(Qwen3VL):
             rope_parameters={**text["rope_parameters"], "mrope_interleaved": True, "partial_rotary_factor": rotary / head_dim},
             # every fourth layer and the last attend in full, the others are DeltaNet layers
             layer_types=["full_attention" if (i + 1) % 4 == 0 or i == layers - 1 else "linear_attention" for i in range(layers)],
-            linear_num_key_heads=max(1, heads // 2),
-            linear_num_value_heads=heads,
+            # two value heads to a key head, as the released checkpoints have; at least two key
+            # heads, so that TP over 2 ranks splits them (train.linear_attention)
+            linear_num_key_heads=heads,
+            linear_num_value_heads=2 * heads,
             linear_key_head_dim=head_dim,
             linear_value_head_dim=head_dim,
             linear_conv_kernel_dim=4,
         )
 
-    def check_layout(self, layout: Any) -> None:
-        # a DeltaNet layer's state would have to pass between CP ranks, and TP would split its heads
-        for name in ("cp", "tp"):
-            if getattr(layout, name) > 1:
-                raise ConfigError(
-                    name, getattr(layout, name), f"1 for the {self.name} family: its linear-attention layers train under DP only (CP and TP not yet)"
-                )

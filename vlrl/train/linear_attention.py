@@ -1,26 +1,57 @@
-"""Linear-attention layers (Qwen3.5's gated DeltaNet) over a packed window: the causal conv1d and
-the recurrent state restart at every segment border, so a packed row gives each sequence what it
-gets alone.
+"""Linear-attention layers (Qwen3.5's gated DeltaNet) over a packed window, under CP and TP: the
+causal conv1d and the recurrent state restart at every segment border and run in sequence order
+across CP ranks, and TP ranks split the layer's heads, so a packed row on any layout gives each
+sequence what it gets alone.
 
 A DeltaNet layer mixes tokens only through a short causal convolution and a recurrent state
 carried from token to token; run over a packed row as is, both would carry one sequence into the
-next. Here the layer's own forward (transformers' torch path: ``torch_chunk_gated_delta_rule``)
-runs once per contiguous segment of the window (``PackedMask.runs``, padding included), starting
-from a zero state each time: exact, and what a varlen kernel (flash-linear-attention's
-``cu_seqlens``) would compute in one call on a GPU. Under CP a segment is cut across ranks and
-its state would have to pass from rank to rank; under TP the layer's heads would be split. Neither
-is done yet, so the trainer refuses those layouts for a family with these layers.
+next. ``packed_forward`` replaces the block's forward (its parameters and their names stay) with
+transformers' own steps and functions (the module's ``causal_conv1d_fn``,
+``torch_chunk_gated_delta_rule``, its gated norm), run piece by piece from a zero state:
+
+* **Packing.** Without CP each segment of the window (``PackedMask.runs``, padding included) is
+  one piece: exact, and what a varlen kernel (flash-linear-attention's ``cu_seqlens``) computes
+  in one call on a GPU.
+* **CP.** A CP rank holds chunks ``i`` and ``2cp-1-i`` of the packed micro-batch, so a segment's
+  earlier tokens (and the state they leave) may live on any other rank. The layer all-gathers its
+  conv inputs and gates (``qkv``, ``b``, ``a``: this rank's heads) over the CP group, as full
+  attention gathers keys and values, and runs each segment this window holds from its first token
+  to the window's last token of it (``PackedMask.pieces``), keeping this window's outputs. The
+  state and conv window a token sees are thus recomputed from the segment's start rather than
+  passed from rank to rank: exact, no point-to-point chain, and the backward is autograd's (the
+  gather's backward reduce-scatters the inputs' gradients to their owners, so the gradient of
+  the state reaches earlier chunks through the recomputation). Cost: the recurrence and the conv
+  run over up to the whole segment on every rank that holds part of it (a segment filling the
+  micro-batch: every CP rank runs up to all of it, rank 0 all of it, since it holds the last
+  chunk), so CP divides the projections, norm and output projection of these layers but not
+  their recurrence; the gather moves ``cp*W`` rows of ``(2*key_dim + value_dim + 2*v_heads)/tp``
+  values a layer, and the backward as many.
+* **TP.** ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a`` are column-parallel and
+  ``out_proj`` row-parallel (``tp_plan``); ``dt_bias`` and ``A_log`` are split by value head, the
+  depthwise ``conv1d`` by channel, the gated norm's weight (one head's width) replicated. A rank's
+  heads are ``k`` heads ``[r*k/tp, (r+1)*k/tp)`` and the value heads they serve: but
+  ``in_proj_qkv`` (and the conv, which shares its channels) stores ``[q | k | v]`` whole, so a
+  contiguous 1/tp of its rows is not one rank's heads. Each rank projects its contiguous 1/tp of
+  the channels, the TP group all-gathers them (and the conv weight's rows) and each keeps its own
+  heads' ``q``, ``k`` and ``v``: one gather of ``W x (2*key_dim + value_dim)`` values a layer (an
+  all-to-all would move 1/tp of it), its backward a reduce-scatter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from types import MethodType
 from typing import Any
 
 import torch
+import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
+from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel
 
-from vlrl.train.packed_attention import PackedMask
+from vlrl.train.lora import tp_plan as lora_tp_plan
+from vlrl.train.packed_attention import PackedMask, gather_sequence
 
 
 def linear_attention_layers(language_model: nn.Module) -> list[nn.Module]:
@@ -29,22 +60,130 @@ def linear_attention_layers(language_model: nn.Module) -> list[nn.Module]:
 
 
 def reset_at_segment_borders(language_model: nn.Module) -> int:
-    """Make every linear-attention block of ``language_model`` run segment by segment on a
+    """Make every linear-attention block of ``language_model`` run ``packed_forward`` on a
     ``PackedMask`` (in place: the blocks and their parameter names stay); returns how many."""
     blocks = linear_attention_layers(language_model)
     for block in blocks:
-        block.forward = _per_segment(block.forward)
+        if block.conv1d.bias is not None:
+            raise ValueError("a linear-attention block with a conv1d bias; vlrl's packed forward has none")
+        block.tp_group = None
+        block.forward = MethodType(packed_forward, block)
     return len(blocks)
 
 
-def _per_segment(forward: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    def run(hidden_states: torch.Tensor, attention_mask: PackedMask | None = None, **kwargs: Any) -> torch.Tensor:
-        if not isinstance(attention_mask, PackedMask) or not attention_mask.runs:
-            raise ValueError(
-                "a linear-attention layer trains on a PackedMask whose segments are contiguous runs of one"
-                f" window (no context parallelism); got {type(attention_mask).__name__}"
-            )
-        pieces = [forward(hidden_states[:, a:b], attention_mask=None, **kwargs) for a, b in attention_mask.runs]
-        return torch.cat(pieces, dim=1)
+def packed_forward(block: nn.Module, hidden_states: torch.Tensor, attention_mask: PackedMask | None = None, **_: Any) -> torch.Tensor:
+    """The block's output ``(1, W, H)`` (under TP: this rank's sequence shard, reduce-scattered by
+    ``out_proj``) for ``hidden_states`` ``(1, W, H)``: this CP window, every TP rank alike."""
+    mask = attention_mask
+    if not isinstance(mask, PackedMask) or not (mask.runs or mask.pieces is not None):
+        raise ValueError(
+            "a linear-attention layer trains on a PackedMask whose segments run in sequence order (positions"
+            f" consecutive within each); got {type(mask).__name__}"
+        )
+    module = sys.modules[type(block).__module__]  # the family's own conv and delta-rule functions
+    batch, length, _ = hidden_states.shape
+    qkv = block.in_proj_qkv(hidden_states)  # (1, W, conv_dim / tp): a contiguous share of [q | k | v]
+    z = block.in_proj_z(hidden_states)  # (1, W, this rank's value heads * head_v_dim)
+    b, a = block.in_proj_b(hidden_states), block.in_proj_a(hidden_states)  # (1, W, value heads here)
+    conv_weight = _local(block.conv1d.weight)  # (conv_dim / tp, 1, K)
+    tp = block.tp_group
+    if tp is not None:  # whole [q | k | v] on every TP rank, then this rank's heads of each
+        channels = _head_channels(block, tp)
+        qkv = gather_sequence(qkv, tp, dim=2).index_select(2, channels)
+        conv_weight = gather_sequence(conv_weight, tp, dim=0).index_select(0, channels)
+    value_dim = b.shape[-1] * block.head_v_dim  # this rank's value heads'
+    key_dim = (conv_weight.shape[0] - value_dim) // 2
+    mixed = torch.cat([qkv, b, a], dim=-1)  # (1, W, channels + 2 * value heads)
+    if mask.runs:
+        core = torch.cat([_core(block, module, mixed[:, s:e], conv_weight, key_dim, value_dim) for s, e in mask.runs], dim=1)
+    else:
+        pieces = mask.pieces
+        if mask.cp_group is not None:
+            mixed = gather_sequence(mixed, mask.cp_group, dim=1)  # (1, cp*W, .): every CP window, rank order
+        kept = [
+            _core(block, module, mixed.index_select(1, index), conv_weight, key_dim, value_dim).index_select(1, keep)
+            for index, keep in zip(pieces.index, pieces.keep, strict=True)
+        ]
+        core = torch.cat(kept, dim=1).index_select(1, pieces.order)
+    # (1, W, value heads, head_v_dim) -> gated norm per head -> out_proj
+    core = core.reshape(-1, block.head_v_dim)
+    z = z.reshape(-1, block.head_v_dim)
+    if isinstance(block.norm.weight, DTensor):  # replicated weight: DTensor sums its gradient over the heads' ranks
+        mesh = block.norm.weight.device_mesh
+        core, z = (DTensor.from_local(t, mesh, [Shard(0)], run_check=False) for t in (core, z))
+        out = block.norm(core, z).to_local()
+    else:
+        out = block.norm(core, z)
+    return block.out_proj(out.reshape(batch, length, -1))
 
-    return run
+
+def _core(block, module, mixed: torch.Tensor, conv_weight: torch.Tensor, key_dim: int, value_dim: int) -> torch.Tensor:
+    """One piece ``(1, L, channels + 2 * value heads)`` run from a zero conv window and state, as
+    transformers' forward does without a cache: ``(1, L, value heads, head_v_dim)``."""
+    batch, length, _ = mixed.shape
+    channels = 2 * key_dim + value_dim
+    heads = (mixed.shape[-1] - channels) // 2
+    qkv, b, a = mixed.split([channels, heads, heads], dim=-1)
+    qkv = module.causal_conv1d_fn(qkv.transpose(1, 2), conv_weight.squeeze(1), None, activation=block.activation)
+    query, key, value = qkv.transpose(1, 2).split([key_dim, key_dim, value_dim], dim=-1)
+    query = query.reshape(batch, length, -1, block.head_k_dim)
+    key = key.reshape(batch, length, -1, block.head_k_dim)
+    value = value.reshape(batch, length, -1, block.head_v_dim)
+    beta = b.sigmoid()
+    g = -_local(block.A_log).float().exp() * F.softplus(a.float() + _local(block.dt_bias))
+    core, _ = module.torch_chunk_gated_delta_rule(
+        query, key, value, g=g, beta=beta, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=True
+    )
+    return core
+
+
+def _local(param: torch.Tensor) -> torch.Tensor:
+    return param.to_local() if isinstance(param, DTensor) else param
+
+
+def _head_channels(block: nn.Module, tp_group) -> torch.Tensor:
+    """This TP rank's channels of ``[q | k | v]``: its ``q`` and ``k`` heads' and its value heads'."""
+    size, rank = dist.get_world_size(tp_group), dist.get_rank(tp_group)
+    key_dim, value_dim = block.key_dim, block.value_dim
+    k, v = key_dim // size, value_dim // size
+    return torch.cat([
+        torch.arange(rank * k, (rank + 1) * k), key_dim + torch.arange(rank * k, (rank + 1) * k),
+        2 * key_dim + torch.arange(rank * v, (rank + 1) * v),
+    ]).to(block.in_proj_b.weight.device)  # fmt: skip
+
+
+# ---- tensor parallelism
+
+
+def tp_plan(layer: nn.Module) -> dict[str, Any]:
+    """The TP plan of a decoder layer's linear-attention block (``parallelize_module`` of the layer):
+    the block's input gathered from sequence shards, its projections split by head (column-wise),
+    ``out_proj`` row-wise back to sequence shards. ``distribute`` splits the rest."""
+    return {
+        "linear_attn": PrepareModuleInput(
+            input_kwarg_layouts={"hidden_states": Shard(1)}, desired_input_kwarg_layouts={"hidden_states": Replicate()},
+            use_local_output=True,
+        ),
+        **{name: style for proj in ("qkv", "z", "b", "a") for name, style in lora_tp_plan(layer, f"linear_attn.in_proj_{proj}", ColwiseParallel()).items()},
+        **lora_tp_plan(layer, "linear_attn.out_proj", RowwiseParallel(output_layouts=Shard(1))),
+    }  # fmt: skip
+
+
+def distribute(block: nn.Module, tp_mesh) -> None:
+    """Split ``block``'s remaining parameters over ``tp_mesh`` after ``tp_plan``: ``conv1d`` by
+    channel, ``dt_bias`` and ``A_log`` by value head (``Shard(0)``); the gated norm's weight
+    replicated. The block then gathers its heads' channels over the TP group in ``packed_forward``."""
+    size = tp_mesh.size()
+    for name, count in (("linear_num_key_heads", block.num_k_heads), ("linear_num_value_heads", block.num_v_heads)):
+        if count % size:
+            raise ValueError(f"tp={size} does not divide the model's {count} {name}")
+
+    def partition(name: str, module: nn.Module, mesh) -> None:
+        targets = {"": ("dt_bias", "A_log"), "conv1d": ("weight",)}.get(name, ())
+        for key in targets:
+            param = module._parameters[key]
+            sharded = nn.Parameter(distribute_tensor(param.data, mesh, [Shard(0)]), requires_grad=param.requires_grad)
+            module.register_parameter(key, sharded)
+
+    distribute_module(block, tp_mesh, partition)
+    block.tp_group = tp_mesh.get_group()

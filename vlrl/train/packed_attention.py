@@ -13,6 +13,10 @@ Without CP each segment is a contiguous run of the window and attention runs per
 ``sum l_i^2`` work). With CP the mask is dense ``(W, cp*W)`` booleans handed to
 ``scaled_dot_product_attention``: exact, and fine for the window sizes a CPU trains; a GPU
 deployment swaps in a varlen kernel over the same (segment, position) description.
+
+The mask also carries what a linear-attention (recurrent) layer needs under CP (``Pieces``):
+which gathered tokens to run, segment by segment in sequence order, so that each of this rank's
+tokens sees its segment's state (``train.linear_attention``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from transformers import AttentionInterface
+
+from vlrl.pack.packed import PAD_SEGMENT_ID
 
 ATTENTION_NAME = "vlrl_packed"
 
@@ -55,6 +61,53 @@ def gather_sequence(x: torch.Tensor, group, dim: int) -> torch.Tensor:
 
 
 @dataclass(frozen=True, slots=True)
+class Pieces:
+    """A recurrent layer's cover of one CP window whose segments are not contiguous runs of it.
+
+    For each segment this window holds, its tokens of every CP window (the gathered ``(cp*W)``
+    keys, rank order) in sequence order, from the segment's first token to this window's last one
+    of it: run alone from a zero state, such a piece gives each of this window's tokens exactly
+    what the whole segment run at once gives it. This window's padding is one piece of its own."""
+
+    index: tuple[torch.Tensor, ...]
+    """Per piece: its tokens' indices into the gathered keys, in sequence order."""
+    keep: tuple[torch.Tensor, ...]
+    """Per piece: the offsets (into the piece) of this window's tokens."""
+    order: torch.Tensor
+    """``(W,)``: the kept outputs of all pieces, concatenated, indexed by ``order`` are in window order."""
+
+    @classmethod
+    def build(cls, key_pos: np.ndarray, key_seg: np.ndarray, start: int, stop: int, device) -> Pieces | None:
+        """From every window's positions and segment ids ``(cp*W,)`` (rank order); this window is
+        ``[start, stop)`` of them. None when a segment's positions are not consecutive integers
+        (no sequence order to run it in)."""
+        key_pos, key_seg = np.asarray(key_pos), np.asarray(key_seg)
+        window = key_seg[start:stop]
+        _, first = np.unique(window, return_index=True)
+        index, keep, placed = [], [], []
+        for segment in window[np.sort(first)]:  # segments in window order
+            if segment == PAD_SEGMENT_ID:  # this window's padding: no state to bring from elsewhere
+                tokens = start + np.flatnonzero(window == segment)
+                mine = np.ones(len(tokens), bool)
+            else:
+                tokens = np.flatnonzero(key_seg == segment)
+                tokens = tokens[np.argsort(key_pos[tokens], kind="stable")]
+                if np.any(np.diff(key_pos[tokens]) != 1):
+                    return None
+                mine = (tokens >= start) & (tokens < stop)
+                last = int(np.flatnonzero(mine)[-1]) + 1
+                tokens, mine = tokens[:last], mine[:last]
+            index.append(tokens)
+            keep.append(np.flatnonzero(mine))
+            placed.append(tokens[mine] - start)
+        as_tensor = lambda a: torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)  # noqa: E731
+        return cls(
+            index=tuple(as_tensor(t) for t in index), keep=tuple(as_tensor(k) for k in keep),
+            order=as_tensor(np.argsort(np.concatenate(placed))),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class PackedMask:
     """What the attention layers of one micro-batch need; passed as the layers' ``attention_mask``.
 
@@ -67,6 +120,9 @@ class PackedMask:
     cp_group: Any
     runs: tuple[tuple[int, int], ...] = ()
     """Without CP: ``[start, stop)`` of each segment's run in the window (padding is one too)."""
+    pieces: Pieces | None = None
+    """When ``runs`` is empty: what a recurrent layer runs (segments in sequence order, over
+    the CP group's gathered tokens when ``cp_group`` is set)."""
 
     @classmethod
     def build(
@@ -78,14 +134,16 @@ class PackedMask:
             return cls(None, None, _runs(segments))
         pos = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=device)
         seg = torch.as_tensor(np.asarray(segments, dtype=np.int64), device=device)
-        key_pos, key_seg = pos, seg
+        key_pos, key_seg, start = pos, seg, 0
         if cp_group is not None:
             both = torch.stack([pos, seg], dim=1)  # (W, 2)
             gathered = both.new_empty((dist.get_world_size(cp_group) * len(both), 2))
             dist.all_gather_into_tensor(gathered, both, group=cp_group)
             key_pos, key_seg = gathered[:, 0], gathered[:, 1]
+            start = dist.get_rank(cp_group) * len(pos)
         allowed = (seg[:, None] == key_seg[None, :]) & (key_pos[None, :] <= pos[:, None])
-        return cls(allowed, cp_group)
+        pieces = Pieces.build(key_pos.cpu().numpy(), key_seg.cpu().numpy(), start, start + len(pos), device)
+        return cls(allowed, cp_group, pieces=pieces)
 
 
 def packed_attention(

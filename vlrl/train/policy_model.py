@@ -9,13 +9,15 @@ LLM backbone is the model's own modules, called layer by layer on one CP window:
 2. the received image rows spliced in at this rank's image-token positions;
 3. 3-D M-RoPE cos/sin for the window's positions (``vlrl.train.mrope``);
 4. each decoder layer with the ``vlrl_packed`` attention (segment-masked, causal in packed
-   order, keys/values gathered over CP; ``packed_attention``);
+   order, keys/values gathered over CP; ``packed_attention``), or a linear-attention block run
+   segment by segment in sequence order (its inputs gathered over CP; ``linear_attention``);
 5. final norm and LM head; logits come back sequence-sharded with the whole vocabulary.
 
 Parallelism uses PyTorch's engines: DTensor ``parallelize_module`` with the torchtitan plan
 (norms ``SequenceParallel``; q/k/v, gate/up column-wise; o/down row-wise back to sequence
-shards; embeddings row-wise; LM head column-wise, then redistributed from vocab shards to sequence
-shards; LoRA adapters split as their layers are, ``lora.tp_plan``), and FSDP2 ``fully_shard`` of
+shards; a linear-attention block's heads as ``linear_attention.tp_plan`` splits them; embeddings
+row-wise; LM head column-wise, then redistributed from vocab shards to sequence shards; LoRA
+adapters split as their layers are, ``lora.tp_plan``), and FSDP2 ``fully_shard`` of
 every layer, the embeddings, the final norm and the head over the flattened DP x CP mesh with
 summed (not averaged) gradients. The encoder is replicated and its gradients are summed over the
 world (``sync_encoder_grads``).
@@ -44,6 +46,7 @@ from transformers import AutoProcessor, PreTrainedModel
 from encoders.protocol import VisionEncoder
 from encoders.spec import STATE_PREFIX
 from vlrl.models import family_of
+from vlrl.train import linear_attention
 from vlrl.train.linear_attention import reset_at_segment_borders
 from vlrl.train.lora import tp_plan
 from vlrl.train.moe import RoutedExperts, balance_loss, route_through_trainer
@@ -96,7 +99,10 @@ class PolicyModel(nn.Module):
         if layout.tp > 1 and not layout.sequence_parallel:
             raise ValueError("the trainer runs tensor parallelism with sequence parallelism; set sequence_parallel=True")
         text = self.model.config.text_config
-        for name, count in (("attention heads", text.num_attention_heads), ("key/value heads", text.num_key_value_heads)):
+        heads = [("attention heads", text.num_attention_heads), ("key/value heads", text.num_key_value_heads)]
+        if linear_attention.linear_attention_layers(self.lm):  # the DeltaNet layers split their heads too
+            heads += [("linear-attention key heads", text.linear_num_key_heads), ("linear-attention value heads", text.linear_num_value_heads)]
+        for name, count in heads:
             if count % layout.tp:
                 raise ValueError(f"tp={layout.tp} does not divide the model's {count} {name}")
         if layout.tp > 1:
@@ -132,8 +138,8 @@ class PolicyModel(nn.Module):
                 **tp_plan(layer, "mlp.up_proj", ColwiseParallel()),
                 **tp_plan(layer, "mlp.down_proj", RowwiseParallel(output_layouts=Shard(1))),
             }  # fmt: skip
-            parallelize_module(layer, tp_mesh, {
-                "input_layernorm": SequenceParallel(),
+            linear = getattr(layer, "linear_attn", None) is not None  # a DeltaNet layer (Qwen3.5)
+            attention = linear_attention.tp_plan(layer) if linear else {
                 "self_attn": PrepareModuleInput(
                     input_kwarg_layouts={"hidden_states": Shard(1)}, desired_input_kwarg_layouts={"hidden_states": Replicate()}
                 ),
@@ -141,8 +147,6 @@ class PolicyModel(nn.Module):
                 **tp_plan(layer, "self_attn.k_proj", ColwiseParallel()),
                 **tp_plan(layer, "self_attn.v_proj", ColwiseParallel()),
                 **tp_plan(layer, "self_attn.o_proj", RowwiseParallel(output_layouts=Shard(1))),
-                "post_attention_layernorm": SequenceParallel(),
-                **mlp,
                 # Qwen3's per-head q/k norms see this rank's heads, (B, T, heads / tp, head_dim):
                 # the weight is replicated and its gradient summed over the TP ranks' heads.
                 **{
@@ -150,7 +154,15 @@ class PolicyModel(nn.Module):
                     for norm in ("q_norm", "k_norm")
                     if hasattr(layer.self_attn, norm)
                 },
+            }  # fmt: skip
+            parallelize_module(layer, tp_mesh, {
+                "input_layernorm": SequenceParallel(),
+                **attention,
+                "post_attention_layernorm": SequenceParallel(),
+                **mlp,
             })  # fmt: skip
+            if linear:
+                linear_attention.distribute(layer.linear_attn, tp_mesh)
 
     # ---- forward
 

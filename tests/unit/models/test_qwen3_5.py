@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
 from transformers import AutoProcessor, Qwen3_5ForConditionalGeneration
 
 from tests.helpers.chat import screen, user_turn
-from vlrl.config import ConfigError, load_recipe
+from vlrl.config import load_recipe
 from vlrl.mm import PatchRule, patch_rule_of
 from vlrl.models import build_tiny, family, family_of
 from vlrl.models.tiny import TinyModel
@@ -26,7 +25,8 @@ def test_the_tiny_build_is_a_hybrid_qwen3_5_that_runs_on_an_image(tmp_path):
     assert type(model) is Qwen3_5ForConditionalGeneration
     text = model.config.text_config
     assert text.layer_types == ["linear_attention"] * 3 + ["full_attention", "full_attention"]
-    assert (text.head_dim, text.num_attention_heads, text.linear_key_head_dim, text.linear_num_value_heads) == (32, 2, 32, 2)
+    assert (text.head_dim, text.num_attention_heads, text.linear_key_head_dim) == (32, 2, 32)
+    assert (text.linear_num_key_heads, text.linear_num_value_heads) == (2, 4)  # two value heads a key head; TP=2 splits both
     assert text.rope_parameters["partial_rotary_factor"] == 0.5  # sections of 2/3/3 frequencies rotate 16 of 32 dims
     assert not hasattr(model.config.vision_config, "deepstack_visual_indexes")
     processor = AutoProcessor.from_pretrained(path)
@@ -48,8 +48,6 @@ def test_the_default_tiny_build_has_one_layer_of_each_kind(tmp_path):
     assert text.layer_types == ["linear_attention", "full_attention"]
 
 
-@pytest.mark.parametrize("field", ["cp", "tp"])
-def test_a_job_refuses_context_and_tensor_parallelism_for_the_family(field):
-    with pytest.raises(ConfigError, match=rf"'layout\.{field}': got 2.*1 for the qwen3_5 family.*DP only"):
-        load_recipe(f"{TRAIN_CLICK}:small", ["tiny.family=qwen3_5", f"layout.{field}=2"])
-    assert load_recipe(f"{TRAIN_CLICK}:small", ["tiny.family=qwen3_5", "layout.dp=2"]).layout.dp == 2
+def test_a_job_takes_context_and_tensor_parallelism_for_the_family():
+    layout = load_recipe(f"{TRAIN_CLICK}:small", ["tiny.family=qwen3_5", "layout.cp=2", "layout.tp=2"]).layout
+    assert (layout.cp, layout.tp) == (2, 2)
