@@ -1,7 +1,9 @@
 """Packed training of a hybrid linear-attention family (Qwen3.5): the trainer's ``PolicyModel`` on a
 packed row of three multi-turn sequences with screenshots gives each sequence the logits a plain
 transformers forward of it alone gives (float32, atol 1e-5): the DeltaNet layers' causal conv and
-recurrent state restart at every segment border."""
+recurrent state restart at every segment border. Under CP a window runs each of its segments from
+the segment's first token on whichever rank it lives (``Pieces``; the trainer's parallel == serial
+runs are in ``test_trainer_hybrid``)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from vlrl.mm import describe_image, patch_rule_of
 from vlrl.models import build_tiny, family
 from vlrl.train.linear_attention import linear_attention_layers
 from vlrl.train.mrope import sequence_mrope
-from vlrl.train.packed_attention import PackedMask
+from vlrl.pack import Layout
+from vlrl.train.packed_attention import PackedMask, Pieces
 from vlrl.train.policy_model import PolicyModel
 
 
@@ -93,3 +96,25 @@ def test_a_packed_row_of_three_conversations_equals_each_alone(tiny):
     first = len(sequences[0])
     torch.testing.assert_close(carried[:first], logits[:first], rtol=0, atol=1e-5)
     assert (carried[first:] - logits[first:]).abs().max() > 1e-3
+
+
+def test_under_cp_a_window_runs_each_segment_from_its_first_token_wherever_it_lives():
+    """CP=2 over a packed micro-batch of a 10-token and a 5-token sequence (padded to 16, chunks
+    of 4): rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2. Each rank runs each of its segments
+    from the segment's first token (on any rank) to its own last token of it, and keeps its own."""
+    layout = Layout(cp=2)
+    segment = np.array([0] * 10 + [1] * 5 + [-1])
+    position = np.concatenate([np.arange(10), np.arange(5), [0]])
+    windows = [np.concatenate([np.arange(a, b) for a, b in layout.cp_window(15, r)]) for r in range(2)]
+    key_pos, key_seg = np.concatenate([position[w] for w in windows]), np.concatenate([segment[w] for w in windows])
+    gathered = np.concatenate(windows)  # the packed token of each gathered key
+    runs = {}
+    for rank, window in enumerate(windows):
+        pieces = Pieces.build(key_pos, key_seg, rank * 8, rank * 8 + 8, "cpu")
+        runs[rank] = [(gathered[i.numpy()].tolist(), k.tolist()) for i, k in zip(pieces.index, pieces.keep, strict=True)]
+        kept = np.concatenate([gathered[i.numpy()][k.numpy()] for i, k in zip(pieces.index, pieces.keep, strict=True)])
+        assert kept[pieces.order.numpy()].tolist() == window.tolist()  # the kept outputs, in window order
+    # rank 0: sequence 0's first chunk; sequence 1 from its first two tokens on rank 1; its padding
+    assert runs[0] == [([0, 1, 2, 3], [0, 1, 2, 3]), ([10, 11, 12, 13, 14], [2, 3, 4]), ([15], [0])]
+    # rank 1: sequence 0 from its start on rank 0; sequence 1's first two tokens
+    assert runs[1] == [(list(range(10)), [4, 5, 6, 7, 8, 9]), ([10, 11], [0, 1])]
