@@ -26,7 +26,7 @@ def test_parallel_layouts_match_single_process(tmp_path):
     )
     linear = [name for name in want[1] if ".linear_attn." in name]
     assert {n.rsplit(".", 2)[-2] if n.endswith(".weight") else n.rsplit(".", 1)[-1] for n in linear} >= {"conv1d", "A_log", "dt_bias"}
-    assert _straddles_cp_borders(work, config, Layout(cp=2))
+    assert all(_straddles_cp_borders(work, config, layout) for layout in (Layout(cp=2), Layout(cp=2, tp=2)))
     four, two = run_worlds(tmp_path / "run", [
         layouts_world(4, [(1, 2, 2)], path, work, config),
         layouts_world(2, [(2, 1, 1), (1, 2, 1), (1, 1, 2)], path, work, config),
