@@ -167,7 +167,7 @@ class TrainJob:
                 )
             policy_family = family(self.tiny.family) if self.model_path == TINY else family_of(self.model_path)
             try:
-                check_layout(self.layout, policy_family)
+                check_layout(self.layout, policy_family, None if self.model_path == TINY else self.model_path)
             except ConfigError as error:
                 raise error.under("layout") from None
             self._check_routing_replay(policy_family)

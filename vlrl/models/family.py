@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from encoders.protocol import VisionEncoder
+from vlrl.config import ConfigError
 from vlrl.records import ActionFormat
 
 
@@ -82,9 +83,15 @@ class ModelFamily(ABC):
         placeholder ids, and the processor wraps ``tokenizer`` with the family's image processor
         bounded by ``min_pixels``/``max_pixels``."""
 
-    def check_layout(self, layout: Any) -> None:
+    def check_layout(self, layout: Any, model_path: str | Path | None = None) -> None:
         """``ConfigError`` naming the field of the trainer's ``layout`` (``pack.Layout``) that the
-        trainer cannot run this family's LLM under; every layout is fine unless a family says so."""
+        trainer cannot run this family's LLM under (``model_path``: the checkpoint, where its
+        config decides; None: the family's tiny build, not built yet); any layout without expert
+        parallelism is fine unless a family says so."""
+        if layout.ep > 1 and not self.routed_experts:
+            raise ConfigError(
+                "ep", layout.ep, f"1 for the {self.name} family: expert parallelism splits mixture-of-experts layers, and it has none"
+            )
 
     def checkpoint_tensor(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         """The weight ``name`` of the loaded model's state dict as a checkpoint file stores it (what

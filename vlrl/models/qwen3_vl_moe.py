@@ -20,10 +20,12 @@ import torch
 from torch import nn
 from transformers import Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration
 
+from vlrl.config import ConfigError
 from vlrl.models.qwen3_vl import Qwen3VL
 
 FUSED_EXPERTS = (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
 """The fused expert weights, stored transposed in a checkpoint file."""
+TINY_EXPERTS = 4
 
 
 class Qwen3VLMoe(Qwen3VL):
@@ -45,9 +47,19 @@ class Qwen3VLMoe(Qwen3VL):
         # theirs to 32 and its in-place weight reload then fails on the padded copy.
         # norm_topk_prob: the chosen experts' weights renormalised (transformers always does; vLLM reads it)
         return dict(
-            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=3 * text["hidden_size"] // 2, decoder_sparse_step=1,
-            norm_topk_prob=True,
+            num_experts=TINY_EXPERTS, num_experts_per_tok=2, moe_intermediate_size=3 * text["hidden_size"] // 2,
+            decoder_sparse_step=1, norm_topk_prob=True,
         )  # fmt: skip
+
+    def check_layout(self, layout: Any, model_path: str | Path | None = None) -> None:
+        super().check_layout(layout, model_path)
+        if layout.ep > 1:
+            config = None if model_path is None else self.config_class.from_pretrained(str(model_path))
+            experts = TINY_EXPERTS if config is None else config.text_config.num_experts
+            if experts % layout.ep:
+                raise ConfigError(
+                    "ep", layout.ep, f"a divisor of the model's {experts} experts: each EP rank holds experts / ep whole ones"
+                )
 
     def checkpoint_tensor(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.transpose(1, 2) if name.endswith(FUSED_EXPERTS) else tensor

@@ -19,6 +19,18 @@ Token placement of one packed micro-batch of length ``L`` on one DP rank:
    split into ``tp`` equal contiguous shards, one per TP rank; without it, every TP rank of the
    CP rank holds the whole window.
 
+**Expert parallelism** (``ep``, mixture-of-experts families only) splits each sparse layer's
+experts over ``ep`` ranks of the DP x CP ranks, as torchtitan places EP (inside the data-parallel
+ranks, CP included) and Megatron does (an EP group within the data-parallel group)::
+
+    dp_cp = dp_rank * cp + cp_rank              # the rank's index among the DP x CP ranks
+    ep_rank, edp_rank = dp_cp % ep, dp_cp // ep
+
+so an EP group is ``ep`` consecutive DP x CP indices at one TP coordinate, and the
+``dp * cp / ep`` ranks at the same ``ep_rank`` (expert data parallelism, "edp") hold the same
+experts. Tokens stay where this layout puts them; only a sparse layer's routed rows travel
+(``train.expert_parallel``).
+
 The packer asks which token ranges to fetch (``cp_window``), the multimodal path asks where to
 send each image embedding row (``owners``), ``train.parallel`` builds the device mesh from
 ``mesh_dims``; all get their answer here. ``Layout`` is also the config of the trainer's ranks
@@ -55,6 +67,10 @@ class Layout:
     """Tensor-parallel ranks sharing every layer's weights."""
     sequence_parallel: bool = True
     """Whether TP ranks also split the sequence (each holds 1/tp of its CP window)."""
+    ep: Annotated[int, Ge(1)] = 1
+    """Expert-parallel ranks: each sparse layer's experts are split over ``ep`` of the DP x CP
+    ranks (each holds ``experts / ep`` whole ones) and routed rows travel by all-to-all; 1: every
+    rank holds every expert (FSDP-sharded). Mixture-of-experts families only."""
 
     def __post_init__(self) -> None:
         """A layout built in code is checked at once (one built by ``--set`` when the tree is validated)."""
@@ -62,6 +78,12 @@ class Layout:
             validate(self)
         except ConfigError as error:
             raise error.under("Layout") from None
+
+    def check(self) -> None:
+        if (self.dp * self.cp) % self.ep:
+            raise ConfigError(
+                "ep", self.ep, f"a divisor of dp x cp = {self.dp * self.cp}: expert parallelism splits the experts over DP x CP ranks"
+            )
 
     @property
     def world_size(self) -> int:
@@ -71,6 +93,11 @@ class Layout:
     def mesh_dims(self) -> tuple[tuple[str, int], ...]:
         """The device mesh's ``(name, size)`` dimensions, slowest first: the rank order above."""
         return (("dp", self.dp), ("cp", self.cp), ("tp", self.tp))
+
+    @property
+    def expert_mesh_dims(self) -> tuple[tuple[str, int], ...]:
+        """The same ranks as the experts see them, slowest first: ``(edp, ep, tp)`` (``ep_rank`` above)."""
+        return (("edp", self.dp * self.cp // self.ep), ("ep", self.ep), ("tp", self.tp))
 
     def check_world(self, world_size: int) -> None:
         """Fail unless the job really has ``dp * cp * tp`` ranks."""

@@ -21,9 +21,13 @@ its logprob by a jump (a swapped expert) instead of a slope. Only ``K`` is repla
 from this router's own softmax, renormalised over the recorded ``K``, so the router still learns.
 A token without a record (``replay`` row of zeros) follows this router.
 
-Under tensor parallelism (sequence parallel) each TP rank routes its own shard of the sequence
-through whole, replicated experts; the experts' and router's gradients are then summed over the
-TP group (``_SumGradOverGroup``).
+A token's ``k`` rows, sorted by expert (``train.expert_parallel.Dispatch``), run through
+``LocalExperts``; under expert parallelism (``layout.ep``) they first travel to the EP rank that
+holds their expert and come back by all-to-all, and the gate weights are applied where the token
+lives. Under tensor parallelism (sequence parallel) each TP rank routes its own shard of the
+sequence through whole experts, replicated over the TP group (EP splits them over the DP x CP
+ranks only); the experts' and router's gradients are then summed over the TP group
+(``_SumGradOverGroup``).
 
 The load-balancing loss is the family's (Switch Transformer's, as transformers'
 ``load_balancing_loss_func``): for one sequence of ``N`` tokens through ``L`` sparse layers,
@@ -50,6 +54,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from vlrl.models.routing import decode, is_sparse
+from vlrl.train.expert_parallel import Dispatch, all_to_all, exchange_counts
 
 
 class RoutedExperts(nn.Module):
@@ -60,18 +65,19 @@ class RoutedExperts(nn.Module):
     def __init__(self, block: nn.Module) -> None:
         super().__init__()
         self.gate = block.gate
-        self.experts = block.experts
+        self.experts = LocalExperts(block.experts)
         self.num_experts = int(block.gate.num_experts)
         self.top_k = int(block.gate.top_k)
         self.tp_group: Any = None
+        self.ep_group: Any = None
+        """Under expert parallelism, the ranks that split the experts (``train.expert_parallel``)."""
         self.replay: torch.Tensor | None = None
         self.router_logits: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         h = x.reshape(-1, shape[-1])  # (S, H)
-        router, gate_up, down = (_local(p, self.tp_group) for p in (self.gate.weight, self.experts.gate_up_proj, self.experts.down_proj))
-        logits = F.linear(h, router)  # (S, E)
+        logits = F.linear(h, _local(self.gate.weight, self.tp_group))  # (S, E)
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)  # float32 in any dtype, as the family routes
         ids = torch.topk(probs, self.top_k, dim=-1).indices  # (S, k)
         if self.replay is not None:
@@ -84,15 +90,42 @@ class RoutedExperts(nn.Module):
         picked = probs.gather(1, ids)  # (S, k)
         weights = (picked / picked.sum(-1, keepdim=True)).to(h.dtype)  # (S, k)
         self.router_logits = logits
-        out = torch.zeros_like(h)
-        for e in range(self.num_experts):
-            token, slot = torch.where(ids == e)
-            if token.numel() == 0:
-                continue
-            gate, up = F.linear(h[token], gate_up[e]).chunk(2, dim=-1)
-            y = F.linear(self.experts.act_fn(gate) * up, down[e]) * weights[token, slot, None]
-            out = out.index_add(0, token, y.to(out.dtype))
-        return out.reshape(shape)
+        plan = Dispatch.build(ids, self.num_experts)
+        rows = h.index_select(0, plan.token)  # (S k, H) in expert order
+        if self.ep_group is None:
+            y = self.experts(rows, plan.expert_counts, self.tp_group)
+        else:  # to the ranks holding the experts and back (``train.expert_parallel``)
+            arrival = exchange_counts(plan, self.ep_group, h.device)
+            send = plan.send_splits(dist.get_world_size(self.ep_group))
+            received = all_to_all(rows, send, arrival.recv_splits, self.ep_group)  # (R, H) by source
+            done = self.experts(received[arrival.order], arrival.expert_counts, self.tp_group)  # by local expert
+            y = all_to_all(torch.empty_like(done).index_copy(0, arrival.order, done), arrival.recv_splits, send, self.ep_group)
+        y = y * weights[plan.token, plan.slot, None]  # (S k, H)
+        return torch.zeros_like(h).index_add(0, plan.token, y.to(h.dtype)).reshape(shape)
+
+
+class LocalExperts(nn.Module):
+    """The fused SwiGLU experts this rank holds (every one, or ``E / ep`` under expert
+    parallelism), under the model's names; a module of its own so that FSDP2 can shard them apart
+    from their layer (over the ranks holding the same experts) and gather them before its forward."""
+
+    def __init__(self, experts: nn.Module) -> None:
+        super().__init__()
+        self.gate_up_proj = experts.gate_up_proj  # (E, 2 I, H)
+        self.down_proj = experts.down_proj  # (E, H, I)
+        self.act_fn = experts.act_fn
+
+    def forward(self, rows: torch.Tensor, counts: list[int], tp_group: Any = None) -> torch.Tensor:
+        """``rows`` ``(sum(counts), H)`` grouped by local expert, ``counts[j]`` for expert ``j``;
+        every expert runs, on no rows too, so that each holds a gradient on every rank."""
+        gate_up, down = (_local(p, tp_group) for p in (self.gate_up_proj, self.down_proj))
+        if gate_up.shape[0] != len(counts):
+            raise ValueError(f"{len(counts)} expert row counts for {gate_up.shape[0]} local experts")
+        out = []
+        for e, chunk in enumerate(rows.split(counts)):
+            gate, up = F.linear(chunk, gate_up[e]).chunk(2, dim=-1)
+            out.append(F.linear(self.act_fn(gate) * up, down[e]))
+        return torch.cat(out)
 
 
 def route_through_trainer(language_model: nn.Module) -> list[RoutedExperts]:

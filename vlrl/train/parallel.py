@@ -8,6 +8,10 @@ rank order, TP fastest), so mesh coordinates and ``Layout.coords`` agree, and ev
 * ``cp``: keys/values all-gathered over ``cp_group`` in every attention layer;
 * ``dp`` x ``cp``: FSDP2 shards the backbone over the flattened ``dp_cp_mesh`` and sums its
   gradients there (CP ranks saw different tokens of the same micro-batch: their gradients add);
+* ``ep`` (mixture of experts): each sparse layer's experts are split over ``ep_group`` and
+  FSDP2-sharded over the ranks holding the same ones; those live on a second mesh over the same
+  ranks, ``Layout.expert_mesh_dims`` ``(edp, ep, tp)``, so that an expert's DTensor (split over
+  ``ep``) and its FSDP mesh (``edp``) share a root, as FSDP2 requires;
 * the whole world: the vision encoder is replicated on every rank and each rank encodes other
   images, so encoder gradients are summed over ``world_group``.
 """
@@ -35,6 +39,11 @@ class Parallel:
     dp_group: Any
     """Ranks at the same (cp, tp): they add up loss counts of different micro-batches."""
     world_group: Any
+    expert_mesh: DeviceMesh | None = None
+    """``(edp, ep, tp)`` (``Layout.expert_mesh_dims``); None when ep = 1."""
+    ep_group: Any = None
+    """Ranks splitting the experts between them (consecutive DP x CP ranks at one TP coordinate,
+    ``pack.layout``); None when ep = 1."""
 
     @classmethod
     def init(cls, layout: Layout, device_type: str = "cpu") -> Parallel:
@@ -45,6 +54,10 @@ class Parallel:
         layout.check_world(dist.get_world_size())
         names, sizes = zip(*layout.mesh_dims, strict=True)
         mesh = init_device_mesh(device_type, sizes, mesh_dim_names=names)
+        experts = None
+        if layout.ep > 1:
+            names, sizes = zip(*layout.expert_mesh_dims, strict=True)
+            experts = init_device_mesh(device_type, sizes, mesh_dim_names=names)
         return cls(
             layout=layout,
             rank=dist.get_rank(),
@@ -53,6 +66,8 @@ class Parallel:
             cp_group=mesh.get_group("cp") if layout.cp > 1 else None,
             dp_group=mesh.get_group("dp"),
             world_group=dist.group.WORLD,
+            expert_mesh=experts,
+            ep_group=None if experts is None else experts.get_group("ep"),
         )
 
     @property

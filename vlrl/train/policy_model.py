@@ -19,8 +19,11 @@ shards; a linear-attention block's heads as ``linear_attention.tp_plan`` splits 
 row-wise; LM head column-wise, then redistributed from vocab shards to sequence shards; LoRA
 adapters split as their layers are, ``lora.tp_plan``), and FSDP2 ``fully_shard`` of
 every layer, the embeddings, the final norm and the head over the flattened DP x CP mesh with
-summed (not averaged) gradients. The encoder is replicated and its gradients are summed over the
-world (``sync_encoder_grads``).
+summed (not averaged) gradients. Under expert parallelism (``layout.ep``) each sparse layer's
+experts are split over the EP group first (a DTensor ``Shard(0)`` over the expert mesh's ``ep``
+dimension) and FSDP2-sharded on their own over ``edp``, the ranks holding the same experts
+(``train.parallel``); ``full_state_dict`` gathers them whole. The encoder is replicated and its
+gradients are summed over the world (``sync_encoder_grads``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
@@ -107,9 +110,11 @@ class PolicyModel(nn.Module):
                 raise ValueError(f"tp={layout.tp} does not divide the model's {count} {name}")
         if layout.tp > 1:
             frozen = {name for name, param in self.named_parameters() if not param.requires_grad}
-            self._apply_tp(parallel.tp_mesh)
+            self._apply_tp(parallel.tp_mesh, experts=layout.ep == 1)
             for name, param in self.named_parameters():  # SequenceParallel's replicated norms come back
                 param.requires_grad_(name not in frozen)  # trainable; LoRA's frozen ones must stay frozen
+        if layout.ep > 1:
+            self._apply_ep(parallel)
         if layout.dp * layout.cp > 1:
             for module in [*self.lm.layers, self.lm.embed_tokens, self.lm.norm, self.model.lm_head]:
                 fully_shard(module, mesh=parallel.dp_cp_mesh, reshard_after_forward=False)
@@ -117,7 +122,20 @@ class PolicyModel(nn.Module):
                 module.set_force_sum_reduction_for_comms(True)  # SUM, not PREMUL_SUM(1.0): gloo has no PREMUL_SUM
         self._parallel = parallel
 
-    def _apply_tp(self, tp_mesh) -> None:
+    def _apply_ep(self, parallel: Parallel) -> None:
+        """Each routed block's experts split over the EP group, FSDP2 over the ranks holding the same ones."""
+        experts = parallel.expert_mesh
+        if self.routed and self.routed[0].num_experts % parallel.layout.ep:
+            raise ValueError(f"ep={parallel.layout.ep} does not divide the model's {self.routed[0].num_experts} experts")
+        for block in self.routed:
+            distribute_module(block.experts, experts["ep"], _split_experts)
+            block.ep_group = parallel.ep_group
+            fully_shard(block.experts, mesh=experts["edp"], reshard_after_forward=False)
+            block.experts.set_gradient_divide_factor(1.0)
+            block.experts.set_force_sum_reduction_for_comms(True)
+
+    def _apply_tp(self, tp_mesh, experts: bool = True) -> None:
+        """``experts``: whether the routed experts are replicated over TP here (not under EP, which splits them)."""
         parallelize_module(self.lm, tp_mesh, {
             "embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
             "norm": SequenceParallel(),
@@ -128,7 +146,7 @@ class PolicyModel(nn.Module):
         for layer in self.lm.layers:
             sparse = isinstance(layer.mlp, RoutedExperts)
             if sparse:  # each TP rank routes its own tokens through whole experts (``train.moe``)
-                distribute_module(layer.mlp, tp_mesh)
+                distribute_module(layer.mlp if experts else layer.mlp.gate, tp_mesh)
                 layer.mlp.tp_group = tp_mesh.get_group()
             mlp = {
                 "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Shard(1),), use_local_output=True),
@@ -265,3 +283,9 @@ class PolicyModel(nn.Module):
         """The checkpoint's own tower under its checkpoint names (replicated, never sharded): kept
         in a saved ``hf/`` folder next to a plug-in so the folder loads as the model it was."""
         return {ENCODER_PREFIX + name: value.detach() for name, value in self.model.model.visual.state_dict().items()}
+
+
+def _split_experts(name: str, module: nn.Module, mesh) -> None:
+    """``distribute_module``'s partition: each fused expert tensor ``(E, ...)`` split along experts."""
+    for key, param in list(module.named_parameters(recurse=False)):
+        module.register_parameter(key, nn.Parameter(distribute_tensor(param, mesh, [Shard(0)]), param.requires_grad))

@@ -132,7 +132,10 @@ class Trainer:
         self.model_path = model_path
         self.store = store
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-        family_of(model_path).check_layout(layout)
+        try:
+            family_of(model_path).check_layout(layout, model_path)
+        except ConfigError as error:
+            raise error.under("layout") from None
         self.parallel = Parallel.init(layout, self.device.type)
         if config.lora.enabled:
             check_lora_fits(config.lora, layout, config.encoder)
@@ -379,22 +382,18 @@ class Trainer:
         return self.config.optim.lr_at(step, self.steps)
 
     def _clip_gradients(self) -> float:
-        backbone = [p.grad for p in self.model.backbone_parameters() if p.grad is not None]
-        encoder = [p.grad for p in self.model.encoder_parameters() if p.grad is not None]
+        # DTensor and plain apart, and DTensors by mesh (expert parallelism's experts live on a mesh of their own)
+        groups = [*_by_mesh(self.model.backbone_parameters()), *_by_mesh(self.model.encoder_parameters())]
         squared = torch.zeros((), dtype=torch.float64, device=self.device)
-        if backbone:
-            norm = torch.nn.utils.get_total_norm(backbone)
+        for params in groups:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
             norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
             squared = squared + norm.double() ** 2
-        if encoder:
-            squared = squared + torch.nn.utils.get_total_norm(encoder).double() ** 2
         total = squared.sqrt()
         if not torch.isfinite(total):
             raise NonFiniteLossError(total.item(), f"gradient norm after step {self.step_count} (rank {self.parallel.rank})")
-        for group in (self.model.backbone_parameters(), self.model.encoder_parameters()):  # DTensor and plain apart
-            params = [p for p in group if p.grad is not None]
-            if params:
-                torch.nn.utils.clip_grads_with_norm_(params, self.config.optim.max_grad_norm, total)
+        for params in groups:
+            torch.nn.utils.clip_grads_with_norm_(params, self.config.optim.max_grad_norm, total)
         return float(total)
 
     def _reduce(self, sums: Mapping[str, torch.Tensor]) -> dict[str, float]:
@@ -513,6 +512,16 @@ def check_lora_fits(lora: LoRA.Config, layout: Layout, encoder: EncoderSpec | No
 class StepInputsLost(RuntimeError):
     """A step's payload could not be read on some rank (a key or store shard gone); raised on
     every rank before any gradient, so the step can be run again without the lost groups."""
+
+
+def _by_mesh(params: Sequence[torch.nn.Parameter]) -> list[list[torch.nn.Parameter]]:
+    """The parameters with a gradient, grouped by the device mesh they are distributed over (plain
+    tensors together): a norm or foreach op takes one mesh at a time."""
+    groups: dict[Any, list[torch.nn.Parameter]] = {}
+    for param in params:
+        if param.grad is not None:
+            groups.setdefault(getattr(param.grad, "device_mesh", None), []).append(param)
+    return list(groups.values())
 
 
 def _payload_lost(error: BaseException) -> bool:

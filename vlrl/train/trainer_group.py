@@ -108,9 +108,9 @@ class TrainerWorker:
         dist.destroy_process_group()
 
 
-def check_layout(layout: Layout, family: ModelFamily | None = None) -> None:
+def check_layout(layout: Layout, family: ModelFamily | None = None, model_path: str | None = None) -> None:
     """What the trainer needs of a layout beyond its sizes (and what ``family``'s LLM trains
-    under); ConfigError naming the field."""
+    under, ``model_path`` its checkpoint; None: the tiny build); ConfigError naming the field."""
     if layout.tp > 1 and not layout.sequence_parallel:
         raise ConfigError(
             "sequence_parallel",
@@ -118,7 +118,7 @@ def check_layout(layout: Layout, family: ModelFamily | None = None) -> None:
             f"True, since tp = {layout.tp} > 1: the trainer runs tensor parallelism only with sequence parallelism",
         )
     if family is not None:
-        family.check_layout(layout)
+        family.check_layout(layout, model_path)
 
 
 class TrainerGroup:
@@ -177,7 +177,10 @@ class TrainerGroup:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        check_layout(layout, family_of(model_path))
+        try:
+            check_layout(layout, family_of(model_path), model_path)
+        except ConfigError as error:
+            raise error.under("layout") from None
         self.config = config
         self.layout = layout
         encoder = config.resolved_encoder(model_path)  # here: the ranks cannot see a recipe's registration

@@ -10,7 +10,13 @@ sequence-parallel shard, M-RoPE positions of a CP chunk). A dense family's 2x1x1
 run nothing of the family that 1x2x2 does not; what they add is the family-independent plumbing
 of one dimension alone, which Qwen2-VL's own run checks. Qwen3-VL-MoE keeps 2x1x1, 1x2x1 and
 1x1x2 besides: its load-balancing term is reduced over the CP and TP groups (either of which may
-be absent) and normalised over sequences that DP splits, paths only that family takes.
+be absent) and normalised over sequences that DP splits, paths only that family takes, and
+expert parallelism with ep = 2 (each rank holds 2 of the 4 experts; routed rows cross to the
+other rank of its EP group and back by all-to-all): over DP (2x1x1) and over CP (1x2x1), with
+the experts FSDP-sharded over the two ranks holding the same ones besides (2x2x1), and beside TP,
+whose ranks route their own shards through the same experts (1x2x2). The weights compared
+after the step are ``Trainer.full_weights``, what a push and a checkpoint's ``hf/`` carry: under
+EP the experts gathered whole from the ranks holding them.
 
 Every world runs in one spawn of 4 processes (``tests.helpers.worlds``)."""
 
@@ -26,7 +32,11 @@ from tests.integration.train.test_trainer_parallel import LOSS, _assert_matches,
 from vlrl.models import build_tiny
 
 FAMILIES = ["qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
-LAYOUTS = {"qwen2_5_vl": [(1, 2, 2)], "qwen3_vl": [(1, 2, 2)], "qwen3_vl_moe": [(1, 2, 2), (2, 1, 1), (1, 2, 1), (1, 1, 2)]}
+LAYOUTS = {
+    "qwen2_5_vl": [(1, 2, 2)], "qwen3_vl": [(1, 2, 2)],
+    "qwen3_vl_moe": [(1, 2, 2), (2, 2, 1, 2), (1, 2, 2, 2), (2, 1, 1), (1, 2, 1), (1, 1, 2), (2, 1, 1, 2), (1, 2, 1, 2)],
+}  # fmt: skip
+"""``(dp, cp, tp)``, or ``(dp, cp, tp, ep)`` with expert parallelism."""
 MOE_LOSS = replace(LOSS, router_aux_coef=0.5)
 """Qwen3-VL-MoE's load-balancing term weighted 500x the checkpoint's 0.001, so that it moves the
 router's gradients far beyond the tolerance."""
@@ -83,6 +93,8 @@ def test_two_and_four_rank_layouts_match_single_process(family_reference, runs):
         # where lr * g / (|g| + eps) turns a 1e-12 gradient difference into ~4e-7; a wrong step
         # is ~1e-3 off, and every gradient itself is checked at rtol 1e-7.
         if name == "qwen3_vl_moe":
+            ep = shape[3] if len(shape) > 3 else 1
+            assert results[shape][0]["ep_ranks"] == [ep, ep], shape  # both sparse layers split their experts
             # The family routes in float32 whatever the dtype: a 1e-16 difference in a hidden state
             # moves a routing weight by a float32 rounding (6e-8), which reaches the loss at ~1e-8
             # relative, gradients at ~1e-8 (of at most 0.2) and Adam's first step at ~1e-6; a

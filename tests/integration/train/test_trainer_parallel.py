@@ -14,6 +14,7 @@ from datetime import timedelta
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 
 from tests.helpers.trainer_workload import Workload, make_workload, reference_step
 from tests.helpers.worlds import World, run_worlds
@@ -41,12 +42,14 @@ def trainer_config(loss: PolicyLoss.Config = LOSS, reference: str | None = None)
 def layouts_main(
     rank: int, world: int, layouts, model_path: str, work: Workload, config: Trainer.Config, min_version: int | None = None
 ) -> dict | None:
-    """One trainer step on each of ``layouts`` (``world`` ranks each); rank 0 returns
-    ``{layout: (metrics, gradients, weights after clipping and one AdamW step)}``."""
+    """One trainer step on each of ``layouts`` (``world`` ranks each: ``(dp, cp, tp)``, or
+    ``(dp, cp, tp, ep)`` with expert parallelism); rank 0 returns ``{layout: (metrics, gradients,
+    weights after clipping and one AdamW step)}``."""
     store = work.store()
     results = {}
     for shape in layouts:
-        trainer = config.build(model_path=model_path, store=store, layout=Layout(*shape))
+        layout = Layout(*shape[:3], ep=shape[3] if len(shape) > 3 else 1)
+        trainer = config.build(model_path=model_path, store=store, layout=layout)
         metrics = trainer.forward_backward(work.metas, min_version)
         grads = {}
         for name, param in trainer.model.model.named_parameters():
@@ -57,6 +60,8 @@ def layouts_main(
                 grads[name] = grad.detach().clone()
         trainer.apply_gradients()  # clipping and AdamW over DTensor and plain parameters
         weights = trainer.full_weights()
+        if trainer.model.routed:  # how many ranks split each sparse layer's experts
+            metrics["ep_ranks"] = [1 if b.ep_group is None else dist.get_world_size(b.ep_group) for b in trainer.model.routed]
         results[shape] = (metrics, grads, weights)
         trainer.close()
     return results if rank == 0 else None

@@ -156,6 +156,7 @@ def test_owners_by_hand():
         (lambda: Layout(1, 1, 1.5), r"'Layout.tp': got 1.5"),
         (lambda: Layout(True), r"'Layout.dp': got True"),
         (lambda: Layout(1, sequence_parallel="yes"), r"'Layout.sequence_parallel': got 'yes'"),
+        (lambda: Layout(3, 2, ep=4), r"'Layout.ep': got 4 \(int\); expected a divisor of dp x cp = 6"),
         (lambda: Layout(2, 2, 2).check_world(6), r"world size 6 does not match the layout dp=2 x cp=2 x tp=2 = 8"),
         (lambda: Layout(2, 2, 2).coords(8), r"rank 8 out of range; expected an int in 0..7"),
         (lambda: Layout(2, 2, 2).rank(0, 2, 0), r"cp rank 2 out of range"),
@@ -177,3 +178,17 @@ def test_a_layout_is_a_config_that_overrides_set_and_validate():
     with pytest.raises(ConfigError, match=r"config field 'tp': got 0"):
         apply_overrides(Layout(), ["tp=0"])
     assert Layout(2, 2, 2).mesh_dims == (("dp", 2), ("cp", 2), ("tp", 2))
+
+
+def test_the_expert_mesh_puts_an_ep_group_on_consecutive_dp_x_cp_ranks_at_one_tp_coordinate():
+    """The mesh ``Parallel`` builds for the experts (ranks in layout order, reshaped by its dims):
+    EP over consecutive DP x CP indices, CP first, as the module docstring says."""
+    layout = Layout(2, 2, 2, ep=2)
+    names, sizes = zip(*layout.expert_mesh_dims, strict=True)
+    assert names == ("edp", "ep", "tp") and sizes == (2, 2, 2)
+    ranks = [[[(e * 2 + k) * 2 + t for t in range(2)] for k in range(2)] for e in range(2)]  # arange(8).reshape(sizes)
+    ep_groups = sorted([ranks[e][0][t], ranks[e][1][t]] for e in range(2) for t in range(2))
+    assert ep_groups == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    for a, b in ep_groups:  # same DP and TP coordinates, the two CP ranks
+        assert (layout.coords(a).dp, layout.coords(a).tp) == (layout.coords(b).dp, layout.coords(b).tp)
+        assert {layout.coords(a).cp, layout.coords(b).cp} == {0, 1}

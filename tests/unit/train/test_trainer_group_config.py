@@ -43,6 +43,9 @@ def test_overrides_set_the_layout_field_by_field():
         (["layout.dp=1.5"], "layout.dp", "an integer"),
         (["layout.tp=2", "layout.sequence_parallel=false"], "layout.sequence_parallel", "True, since tp = 2 > 1"),
         (["trainer.dp=2"], "trainer.dp", "a field of TrainerGroup.Config"),
+        (["layout.dp=2", "layout.ep=4"], "layout.ep", "a divisor of dp x cp = 2"),
+        (["layout.dp=3", "layout.ep=3", "tiny.family=qwen3_vl_moe"], "layout.ep", "a divisor of the model's 4 experts"),
+        (["layout.dp=2", "layout.ep=2", "tiny.family=qwen3_vl"], "layout.ep", "1 for the qwen3_vl family"),
         (["trainer.layout.dp=2"], "trainer.layout.dp", "its new path 'layout.dp'"),
     ],
 )
