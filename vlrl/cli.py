@@ -110,7 +110,14 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
         "  vlrl eval --endpoint http://gpu-node:8000 --processor ckpt/hf --recipe examples/train_click.py\n"
         "  PYTHONPATH=. vlrl eval runs/counter --recipe train_counter.py   # a harness the recipe registers",
     )
-    evaluate.add_argument("target", nargs="?", metavar="TARGET", help="run folder, checkpoint folder or Hugging Face folder")
+    evaluate.add_argument(
+        "target", nargs="?", metavar="TARGET",
+        help="run folder, checkpoint folder, Hugging Face folder, or PEFT adapter folder (on the base it records)",
+    )  # fmt: skip
+    evaluate.add_argument(
+        "--adapter", metavar="DIR",
+        help="PEFT adapter folder (a LoRA checkpoint's adapter/) merged into TARGET's model before evaluating it (into OUT/policy)",
+    )  # fmt: skip
     evaluate.add_argument("--endpoint", metavar="URL", help="evaluate the model of this OpenAI-compatible server (vlrl serve)")
     evaluate.add_argument("--api-key", default=os.environ.get("VLRL_API_KEY"), help="bearer key of --endpoint (default: $VLRL_API_KEY)")
     evaluate.add_argument("--model-name", metavar="NAME", help="model id to request from --endpoint (default: the first it lists)")
@@ -157,9 +164,18 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         "Runs until SIGINT or SIGTERM.",
         "examples:\n"
         "  vlrl serve --model ckpt/policy\n"
+        "  vlrl serve --model runs/train_click/checkpoints/step-000050/adapter    # a LoRA adapter folder on its recorded base\n"
+        "  vlrl serve --model ckpt/base --adapter ckpt/adapter                       # a base plus an adapter folder\n"
         "  VLRL_API_KEY=secret vlrl serve --model ckpt/policy --host 0.0.0.0 --port 9000 --device cuda",
     )
-    serve.add_argument("--model", required=True, metavar="PATH", help="checkpoint directory to serve")
+    serve.add_argument(
+        "--model", required=True, metavar="PATH",
+        help="checkpoint directory to serve: a Hugging Face folder, a run or checkpoint folder (its newest hf/), or a PEFT"
+        " adapter folder (merged into the base its adapter_config.json names)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--adapter", metavar="DIR", help="PEFT adapter folder merged into --model (the base) before serving"
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on, 0 for any free one (default: %(default)s)")
     serve.add_argument(
@@ -383,6 +399,24 @@ def _plot(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.model):
         return _fail(f"--model {args.model}: not a checkpoint directory")
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from vlrl.job.eval_job import adapted_policy, resolve_target
+
+    merged = Path(tempfile.mkdtemp(prefix="vlrl-serve-"))
+    try:
+        model, _ = resolve_target(Path(args.model))
+        policy = adapted_policy(model, Path(args.adapter) if args.adapter else None, merged)
+        return _serve_folder(args, str(policy))
+    except FileNotFoundError as error:
+        return _fail(str(error))
+    finally:
+        shutil.rmtree(merged, ignore_errors=True)
+
+
+def _serve_folder(args: argparse.Namespace, policy: str) -> int:
     from vlrl.config import validate
     from vlrl.rollout.engine import EmbeddedEngine
     from vlrl.rollout.server import OpenAIServer
@@ -394,12 +428,12 @@ def _serve(args: argparse.Namespace) -> int:
         image_cache_mb=args.image_cache_mb,
     )
     config = OpenAIServer.Config(
-        model_path=args.model,
+        model_path=policy,
         engine=engine,
         host=args.host,
         port=args.port,
         api_key=args.api_key,
-        served_model_name=args.served_model_name,
+        served_model_name=args.served_model_name or (args.model if policy != args.model else None),
         max_request_mb=args.max_request_mb,
         max_image_pixels=args.max_image_pixels,
         max_images=args.max_images,

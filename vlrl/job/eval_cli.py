@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.config import ConfigError, DataSource, EnvSettings, apply_overrides, load_recipe
-from vlrl.job.eval_job import EvalJob, listed_model, resolve_target
+from vlrl.job.eval_job import EvalJob, adapted_policy, listed_model, processor_folder, resolve_target
 from vlrl.job.run_folder import read_evaluation, read_sources
 from vlrl.pool import HostBudget
 from vlrl.pool.budget import LOOP_POOL
@@ -64,16 +64,22 @@ def eval_config(args: argparse.Namespace) -> EvalJob.Config:
         codebases = dict.fromkeys(s.codebase for s in config.sources)
         shares = {LOOP_POOL: 1.0, **{c: 1.0 for c in codebases}}
         config.pool = replace(config.pool, budget=HostBudget(total_hosts=max(4, len(shares)), shares=shares))
+    adapter = getattr(args, "adapter", None)
     if args.endpoint:
+        if adapter:
+            raise ConfigError("--adapter", adapter, "no --endpoint beside it: the adapters go on TARGET's model, served here")
         config.endpoint = OpenAIEndpoint.Config(base_url=args.endpoint, api_key=args.api_key, model=args.model_name)
-        processor = args.processor or (str(checkpoint) if checkpoint else None) or listed_model(config.endpoint)
+        processor = args.processor or (str(processor_folder(checkpoint)) if checkpoint else None) or listed_model(config.endpoint)
         if processor is None:
             raise ConfigError(
                 "--processor", None, "the checkpoint folder whose processor builds the prompts (the server lists no local folder)"
             )
         config.model_path = processor
     else:
-        config.model_path = str(checkpoint)
+        if adapter and checkpoint is None:
+            raise ConfigError("--adapter", adapter, "TARGET beside it: the base model the adapters go on")
+        out = args.out or (str(Path(args.target) / "eval") if args.target else "runs/eval")
+        config.model_path = str(adapted_policy(checkpoint, Path(adapter) if adapter else None, Path(out) / "policy"))
     ran = read_evaluation(run_dir) if run_dir is not None else None
     evaluation = config.eval
     if ran is not None:

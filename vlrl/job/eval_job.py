@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -153,10 +154,15 @@ class EvalJob:
 
 
 def resolve_target(path: Path) -> tuple[Path, Path | None]:
-    """``(checkpoint folder, run folder or None)`` of what ``vlrl eval TARGET`` names: a run folder
-    (its newest complete checkpoint, else the base model it started from), a checkpoint folder
-    holding ``hf/``, or a Hugging Face folder itself."""
+    """``(checkpoint folder, run folder or None)`` of what ``vlrl eval TARGET`` or ``vlrl serve
+    --model`` names: a run folder (its newest complete checkpoint, else the base model it started
+    from), a checkpoint folder holding ``hf/``, a Hugging Face folder itself, or a PEFT adapter
+    folder (returned as it is: ``adapted_policy`` merges it onto its base)."""
     from vlrl.job.run_folder import SOURCES_FILE, newest_checkpoint
+    from vlrl.train.lora import is_adapter_folder
+
+    if is_adapter_folder(path):
+        return path, None
 
     if (path / SOURCES_FILE).exists():
         newest = newest_checkpoint(path)
@@ -167,7 +173,38 @@ def resolve_target(path: Path) -> tuple[Path, Path | None]:
     for candidate in (path, path / "hf"):
         if (candidate / "config.json").exists():
             return candidate, None
-    raise FileNotFoundError(f"{path}: not a run folder (no sources.json) nor a checkpoint folder (no config.json)")
+    raise FileNotFoundError(
+        f"{path}: not a run folder (no sources.json), a checkpoint folder (no config.json) nor a PEFT adapter folder"
+        " (no adapter_config.json)"
+    )
+
+
+def adapted_policy(model: Path, adapter: Path | None, out: Path) -> Path:
+    """The checkpoint folder to serve or evaluate: ``model`` itself, or, when ``model`` is a PEFT
+    adapter folder (on the base it records) or ``adapter`` is given (on ``model``), the adapters
+    merged into their base as a plain checkpoint at ``out`` (``lora.merge_adapter``), said on stderr."""
+    from vlrl.train.lora import is_adapter_folder, merge_adapter
+
+    if adapter is not None and not is_adapter_folder(adapter):
+        raise FileNotFoundError(f"--adapter {adapter}: not a PEFT adapter folder (no adapter_config.json)")
+    if adapter is not None and is_adapter_folder(model):
+        raise FileNotFoundError(f"{model}: a PEFT adapter folder; --adapter goes beside the base model, not another adapter")
+    base = None if is_adapter_folder(model) else model
+    adapter = model if base is None else adapter
+    if adapter is None:
+        return model
+    merged = merge_adapter(adapter, out, base=base)
+    print(f"note: serving the adapters of {adapter} merged into their base at {merged}", file=sys.stderr, flush=True)
+    return merged
+
+
+def processor_folder(path: Path) -> Path:
+    """The checkpoint folder whose processor builds prompts for the policy ``path`` names (a run,
+    checkpoint or Hugging Face folder, or an adapter folder, whose base's)."""
+    from vlrl.train.lora import adapter_base, is_adapter_folder
+
+    folder, _ = resolve_target(path)
+    return adapter_base(folder) if is_adapter_folder(folder) else folder
 
 
 def listed_model(endpoint: OpenAIEndpoint.Config) -> str | None:
@@ -180,4 +217,7 @@ def listed_model(endpoint: OpenAIEndpoint.Config) -> str | None:
     with urllib.request.urlopen(urllib.request.Request(root + "/v1/models", headers=headers), timeout=30) as answer:
         models = json.loads(answer.read())["data"]
     name = models[0]["id"] if models else None
-    return name if name and (Path(name) / "config.json").exists() else None
+    try:  # vlrl serve lists its --model as given: a checkpoint, run or adapter folder
+        return str(processor_folder(Path(name))) if name else None
+    except (FileNotFoundError, OSError, ValueError):
+        return None

@@ -6,7 +6,8 @@ An adapted linear layer computes ``y = W x + (alpha / r) * B (A dropout(x))``: t
 gradients and optimizer state; every other weight (embeddings, norms, the LM head, the tower when
 no tower or merger pattern is given) stays bit-identical. A trainer's first weight push carries
 its whole base model, every later one the adapters alone (``vlrl.models.adapters``); a checkpoint
-adds a PEFT adapter folder (``save_adapter``).
+adds a PEFT adapter folder (``save_adapter``), which ``merge_adapter`` turns back into a plain
+checkpoint folder on its base (what ``vlrl serve`` and ``vlrl eval`` do with an adapter folder).
 
 Where adapters go is chosen per part of the model by patterns, each a module name's dotted
 suffix, as PEFT's ``target_modules`` list matches them (``q_proj``, ``attn.qkv``, ``mlp.0``),
@@ -48,6 +49,11 @@ INIT_SEED = 0
 """Seed of the adapters' random ``A``: the replicas of a parameter on different ranks start equal."""
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+DEFAULT_LLM_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The default ``llm_modules``: every attention and dense-MLP projection."""
+DENSE_MLP = ("gate_proj", "up_proj", "down_proj")
+"""Default patterns a family may lack: Qwen3-VL-MoE's sparse layers hold their experts as fused
+tensors, not linear layers, so the default adapts its attention only (experts and router frozen)."""
 _PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
 
 
@@ -62,8 +68,11 @@ class LoRA:
         """Scale numerator: the adapters' output is multiplied by ``alpha / rank``."""
         dropout: Annotated[float, Ge(0), Lt(1)] = 0.0
         """Dropout on an adapter's input during training (0: the step is deterministic)."""
-        llm_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-        """Linear layers of the language model that get adapters (name suffixes)."""
+        llm_modules: tuple[str, ...] = DEFAULT_LLM_MODULES
+        """Linear layers of the language model that get adapters (name suffixes). The default,
+        every attention and MLP projection, takes the MLP's where the LLM has dense MLPs: on
+        Qwen3-VL-MoE, whose experts are fused tensors (no linear layers), the attention's alone,
+        and the experts and router stay frozen. A pattern given here must match."""
         tower_modules: tuple[str, ...] = ()
         """Linear layers of the vision tower's blocks that get adapters (``attn.qkv``, ``attn.proj``;
         the MLP's names differ by family: ``mlp.fc1``, ``mlp.up_proj``, ``mlp.linear_fc1``). Empty,
@@ -141,6 +150,8 @@ class LoRA:
                 in_part = [n for n in linear if n.startswith(prefixes)]
                 for pattern in getattr(self, field_name):
                     hits = [n for n in in_part if n == pattern or n.endswith("." + pattern)]
+                    if not hits and field_name == "llm_modules" and self.llm_modules == DEFAULT_LLM_MODULES and pattern in DENSE_MLP:
+                        continue  # the default on an LLM without dense MLPs (Qwen3-VL-MoE): attention only
                     if not hits:
                         leaves = sorted({re.sub(r"^.*?\.\d+\.|^(" + "|".join(map(re.escape, prefixes)) + ")", "", n) for n in in_part})
                         raise ConfigError(
@@ -221,13 +232,68 @@ class LoRA:
         with atomic_path(path / ADAPTER_WEIGHTS) as tmp:
             save_file(tensors, str(tmp), metadata={"format": "pt"})
         settings = self.peft_config.to_dict()
+        base = Path(base_model)  # a local folder by its absolute path: the adapters are found from anywhere
         settings.update(
-            base_model_name_or_path=str(base_model), target_modules=sorted(self.targets),
+            base_model_name_or_path=str(base.resolve()) if base.is_dir() else str(base_model), target_modules=sorted(self.targets),
             modules_to_save=list(self.config.full_modules) or None,
         )  # fmt: skip
         with atomic_path(path / ADAPTER_CONFIG) as tmp:
             tmp.write_text(json.dumps(settings, indent=2, default=_jsonable))
         return path
+
+
+def is_adapter_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a PEFT adapter folder (it holds ``adapter_config.json``)."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def adapter_base(adapter: str | Path) -> Path:
+    """The base checkpoint folder a PEFT adapter folder records (``base_model_name_or_path``);
+    FileNotFoundError when that is no checkpoint folder here."""
+    base = json.loads((Path(adapter) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path") or ""
+    if not (Path(base) / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{adapter}: its base model {base!r} (adapter_config.json's base_model_name_or_path) is not a checkpoint"
+            " folder here; give the base as the model and the adapter folder beside it (--adapter)"
+        )
+    return Path(base)
+
+
+def merge_adapter(adapter: str | Path, out: str | Path, base: str | Path | None = None) -> Path:
+    """A plain checkpoint folder at ``out``: the PEFT adapter folder ``adapter`` merged by PEFT
+    (``merge_and_unload``: every adapted weight ``W + scale B A``, ``modules_to_save`` as trained)
+    into ``base`` (default: the base the folder records), in the base's family layout and dtype,
+    with the base's processor and config files. Loads in float32 whatever the base's dtype."""
+    from peft import PeftModel
+    from safetensors.torch import save_file
+
+    from vlrl.models import family_of
+    from vlrl.train.trainer import HF_FILES
+
+    base = Path(base) if base is not None else adapter_base(adapter)
+    out = Path(out)
+    family = family_of(str(base))
+    model = family.load(base)
+    dtype = getattr(model.config, "dtype", None) or torch.float32
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    out.mkdir(parents=True, exist_ok=True)
+    weights = {
+        name: family.checkpoint_tensor(name, value.to(dtype) if value.is_floating_point() else value).contiguous()
+        for name, value in merged.state_dict().items()
+    }
+    storages: set[int] = set()
+    for name, value in weights.items():  # tied weights: safetensors stores each name's bytes once
+        if value.untyped_storage().data_ptr() in storages:
+            weights[name] = value.clone()
+        storages.add(weights[name].untyped_storage().data_ptr())
+    with atomic_path(out / "model.safetensors") as tmp:
+        save_file(weights, str(tmp), metadata={"format": "pt"})
+    for name in HF_FILES:
+        if (base / name).exists():
+            with atomic_path(out / name) as tmp:
+                tmp.write_bytes((base / name).read_bytes())
+    return out
 
 
 def tp_plan(parent: nn.Module, name: str, style: ColwiseParallel | RowwiseParallel) -> dict[str, ParallelStyle]:

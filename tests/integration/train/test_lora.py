@@ -3,8 +3,9 @@ as their layers, ``lora.tp_plan``) equals a plain single-process Hugging Face + 
 each sequence (loss, adapter gradients, adapters after the step), every frozen weight stays
 bit-identical, a push (gathered from DP or TP shards) carries only the adapters (the first one
 also the whole base) and leaves an embedded engine built from other weights scoring as the
-trainer's model does, and the checkpoint's PEFT folder reloads on the family's transformers class
-with the same logits.
+trainer's model does, the checkpoint's PEFT folder reloads on the family's transformers class
+with the same logits, and a checkpoint saved under TP 2 resumes (adapters and their optimizer
+state) to the step the uninterrupted trainer takes.
 
 The adapters' ``B`` is set to non-zero values before the step (PEFT starts it at 0, where ``A``'s
 gradient is 0 and engine == trainer holds trivially)."""
@@ -54,7 +55,8 @@ def nonzero_b(names_shapes) -> dict[str, torch.Tensor]:
 
 def lora_main(rank: int, world: int, path: str, work: Workload, ckpt: str, config) -> dict | None:
     """``LAYOUTS``' steps (``B`` set non-zero first); on the first, a second step, its pushes and a
-    checkpoint. Rank 0 returns ``{layout: results}``."""
+    checkpoint; under TP a checkpoint, a trainer resumed from it, and one more step of each.
+    Rank 0 returns ``{layout: results}``."""
     store = work.store()
     results = {}
     for shape in LAYOUTS:
@@ -77,6 +79,18 @@ def lora_main(rank: int, world: int, path: str, work: Workload, ckpt: str, confi
             out.update(second_push=trainer.push_state(), second_weights={n: v.clone() for n, v in trainer.model.full_state_dict()})
             out.update(merged_push=trainer.push_state(merged=True))  # what VLLMEngine is sent
             trainer.save(ckpt)
+        if shape == (1, 1, 2):  # save and resume under TP: the next step of each must agree
+            trainer.save(ckpt + "-tp")
+            resumed = config.build(model_path=path, store=store, layout=Layout(*shape))
+            resumed.load(ckpt + "-tp")
+            out.update(tp_loaded={n: v.clone() for n, v in resumed.model.full_state_dict()})
+            trainer.step(work.metas)
+            resumed.step(work.metas)
+            out.update(
+                tp_continued={n: v.clone() for n, v in trainer.model.full_state_dict()},
+                tp_resumed={n: v.clone() for n, v in resumed.model.full_state_dict()},
+            )
+            resumed.close()
         results[shape] = out
         trainer.close()
     return results if rank == 0 else None
@@ -190,6 +204,27 @@ def test_the_checkpoint_adapter_folder_loads_with_peft(lora_run):
     want = reference_token_logprobs(trained, processor, tokens, pixels)
     np.testing.assert_allclose(reference_token_logprobs(peft_model, processor, tokens, pixels), want, rtol=0, atol=1e-10)
     np.testing.assert_allclose(reference_token_logprobs(merged, processor, tokens, pixels), want, rtol=0, atol=1e-9)
+
+
+def test_a_checkpoint_saved_under_tp_resumes_to_the_same_next_step(lora_run):
+    """Under 1x1x2: the resumed trainer holds the saved weights (adapters gathered from their TP
+    shards and split again), its PEFT folder holds them too, and one more step of the resumed
+    trainer equals that of the trainer that never stopped (the adapters' Adam state came back)."""
+    from safetensors.torch import load_file
+
+    family, path, _, _, results, ckpt = lora_run
+    got = results[(1, 1, 2)]
+    for name, want in got["weights"].items():
+        assert torch.equal(got["tp_loaded"][name], want), name
+    saved = load_file(str(ckpt.parent / "ckpt-tp" / ADAPTER_DIR / ADAPTER_WEIGHTS))
+    adapters = {n: v for n, v in got["weights"].items() if ".lora_" in n}
+    assert {"base_model.model." + n.replace(".default.", ".") for n in adapters} <= set(saved)
+    for name, want in adapters.items():
+        assert torch.equal(saved["base_model.model." + name.replace(".default.", ".")], want), name
+    moved = max((got["tp_continued"][n] - got["weights"][n]).abs().max().item() for n in adapters)
+    assert moved > 1e-6  # the extra step trained the adapters
+    for name, want in got["tp_continued"].items():
+        torch.testing.assert_close(got["tp_resumed"][name], want, rtol=1e-7, atol=1e-10, msg=lambda m: f"{name}: {m}")
 
 
 class _Pushes:

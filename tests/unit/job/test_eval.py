@@ -5,6 +5,8 @@ tests/e2e/job/test_eval.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vlrl.cli import build_parser, main
@@ -83,3 +85,59 @@ def test_an_unregistered_harness_names_the_recipe_route(run_folder, capsys):
     assert main(["eval", str(run_folder), "--print-config"]) == 2
     err = capsys.readouterr().err
     assert "'sources[0].codebase': got 'keypad_harness:KeypadHarness'" in err and "--recipe RECIPE" in err
+
+
+def test_serve_and_eval_take_a_lora_adapter_folder_on_its_base(tiny_path, tmp_path, monkeypatch, capsys):
+    """A LoRA checkpoint's ``adapter/`` (a PEFT folder) alone, on the base it records, or beside a
+    base (``--adapter``): ``vlrl serve`` and ``vlrl eval`` get the base with the adapters merged in
+    by PEFT, which equals the trainer's merged weights (its ``hf/``); the merged folder ``vlrl serve``
+    wrote is gone once it ends."""
+    import torch
+
+    import vlrl.cli
+    from vlrl.models import family_of
+    from vlrl.train.lora import LoRA
+
+    family = family_of(tiny_path)
+    model = family.load(tiny_path)
+    adapters = LoRA.Config(rank=2, llm_modules=("q_proj",), merger_modules=("mlp.0",), full_modules=("lm_head",)).build(model)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_B." in name or name.startswith("lm_head."):
+                param.add_(0.1 * torch.randn(param.shape, generator=generator))
+    state = model.state_dict()
+    folder = adapters.save_adapter(tmp_path / "step-000001" / "adapter", state, base_model=str(tiny_path))
+    expected = adapters.merged_state(state)
+
+    def check(policy) -> None:
+        loaded = family.load(policy).state_dict()
+        assert loaded.keys() == expected.keys()
+        for name, value in expected.items():
+            torch.testing.assert_close(loaded[name], value, rtol=0, atol=1e-6)
+        assert (policy / "tokenizer.json").exists()  # the base's processor files
+
+    served = []
+
+    def serve_folder(args, policy):
+        check(Path(policy))
+        served.append((Path(policy), args.served_model_name or args.model))
+        return 0
+
+    monkeypatch.setattr(vlrl.cli, "_serve_folder", serve_folder)
+    assert main(["serve", "--model", str(folder)]) == 0
+    assert main(["serve", "--model", str(tiny_path), "--adapter", str(folder)]) == 0
+    assert [name for _, name in served] == [str(folder), str(tiny_path)]  # clients name what they asked for
+    assert not any(policy.exists() for policy, _ in served)  # the merged folders are removed
+    assert "merged into their base" in capsys.readouterr().err
+
+    config = _config(str(folder), "--harness", "desktop", "--out", str(tmp_path / "eval"))
+    assert config.model_path == str(tmp_path / "eval" / "policy")
+    check(Path(config.model_path))
+    config = _config(str(tiny_path), "--adapter", str(folder), "--harness", "desktop", "--out", str(tmp_path / "eval2"))
+    check(Path(config.model_path))
+
+    assert main(["serve", "--model", str(folder), "--adapter", str(folder)]) == 2
+    assert "--adapter goes beside the base model" in capsys.readouterr().err
+    assert main(["serve", "--model", str(tiny_path), "--adapter", str(tiny_path)]) == 2
+    assert "not a PEFT adapter folder" in capsys.readouterr().err

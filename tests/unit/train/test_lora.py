@@ -49,6 +49,9 @@ def test_a_pattern_that_matches_nothing_names_the_field_and_the_layers_there(tin
         ("qwen3_vl", LoRA.Config(rank=2, llm_modules=(), tower_modules=("attn.proj",), merger_modules=("linear_fc2",)),
          {"model.visual.blocks.0.attn.proj", "model.visual.blocks.1.attn.proj", "model.visual.merger.linear_fc2",
           "model.visual.deepstack_merger_list.0.linear_fc2"}),
+        # the default llm_modules on an LLM without dense MLPs: its attention; experts and router stay frozen
+        ("qwen3_vl_moe", LoRA.Config(rank=2),
+         {f"model.language_model.layers.{i}.self_attn.{p}_proj" for i in (0, 1) for p in "qkvo"}),
     ],
 )  # fmt: skip
 def test_patterns_select_the_layers_of_their_part_only_and_freeze_the_rest(tmp_path, family, lora, want):
@@ -58,6 +61,15 @@ def test_patterns_select_the_layers_of_their_part_only_and_freeze_the_rest(tmp_p
     assert set(adapters.targets) == want  # 'proj' under blocks only: not patch_embed.proj, not the LLM's o_proj
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable == {f"{m}.lora_{ab}.default.weight" for m in want for ab in "AB"}
+
+
+def test_a_named_mlp_pattern_is_still_refused_on_qwen3_vl_moe(tmp_path):
+    """Only the default passes over the MLP patterns an LLM without dense MLPs lacks."""
+    path = build_tiny("qwen3_vl_moe", tmp_path / "moe")
+    LoRA.Config(rank=2).check_model(str(path))
+    with pytest.raises(ConfigError, match="'down_proj'.*self_attn.q_proj") as error:
+        LoRA.Config(rank=2, llm_modules=("q_proj", "down_proj")).check_model(str(path))
+    assert error.value.path == "llm_modules"
 
 
 def test_merged_checkpoint_and_push_equal_the_peft_forward(tiny_path):
