@@ -47,6 +47,8 @@ echo "setup: installing vlrl[$EXTRAS]"
 install_packages -e ".[$EXTRAS]" "${TORCH_PINS[@]}"
 install_packages --no-deps verl==0.9.1  # vlrl bench pack's external Karmarkar-Karp; its imports are in the dev extras
 rm -f "$log"
+echo "setup: compiling the environment's bytecode"
+compile_bytecode "$VENV"
 "$VENV/bin/python" -c "import torch, torchvision, ray, transformers, vlrl" \
   || { echo "setup: the environment does not import; see the pip output above" >&2; exit 1; }
 echo "$stamp_now" >"$stamp_file"

@@ -16,6 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export RAY_AUTH_MODE=disabled
+# The checkout's own bytecode, for the same reason as compile_bytecode (scripts/uv_pip.sh): every
+# test process imports vlrl. Only files changed since the last run are compiled again.
+.venv/bin/python -m compileall -q -j 0 vlrl tests examples >/dev/null
 # One OpenMP thread a process: a test's processes (Ray actors, spawned ranks) outnumber the cores,
 # and a second thread only waits for the first (test_trainer_parallel beside two busy cores: 142
 # CPU s with the default two threads, 123 with one). The vllm lane keeps vLLM's own setting.
