@@ -21,7 +21,8 @@ TRANSFORMERS_PIN=${VLRL_VLLM_TRANSFORMERS:-transformers==5.19.0}
 # What vlrl and its vLLM tests need besides what vLLM brings (vlrl itself goes in with --no-deps,
 # since its own torch pin is .venv's).
 VLRL_DEPS=("ray[default]==$(.venv/bin/python -c 'import ray; print(ray.__version__)' 2>/dev/null || echo 2.60.0)"
-  blake3 pillow safetensors tensorboard matplotlib psutil "gymnasium>=1.0,<2" pytest pytest-timeout pytest-xdist hypothesis openai)
+  blake3 pillow safetensors tensorboard matplotlib psutil "gymnasium>=1.0,<2" pytest pytest-timeout pytest-xdist hypothesis openai
+  "peft>=0.21.2,<0.22")  # LoRA runs train in this environment too (vlrl[lora])
 unavailable=$VENV.unavailable
 
 source scripts/uv_pip.sh
@@ -66,7 +67,7 @@ for op in ("nms", "qnms"):
 meta.write_text(text)
 PY
 rm -f "$log"
-VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -c "import vllm, torchvision, transformers, ray, vlrl" \
-  || give_up "the environment does not import (vllm, torchvision, transformers, ray, vlrl)"
+VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -c "import vllm, torchvision, transformers, ray, vlrl, peft" \
+  || give_up "the environment does not import (vllm, torchvision, transformers, ray, vlrl, peft)"
 echo "$stamp_now" >"$stamp_file"
 echo "setup_vllm: done"

@@ -13,12 +13,18 @@ from vlrl.records import SeqMeta
 def reference_logprobs(model, processor, store, meta: SeqMeta) -> np.ndarray:
     """``log p(ids[t] | ids[:t])`` for t >= 1 of ``meta``'s stored sequence, images included: (T - 1,)."""
     ids_array = store.get([meta.key], ["token_ids"])[meta.key]["token_ids"]
-    ids = torch.as_tensor(np.array(ids_array), dtype=torch.long)[None]  # (1, T)
     pixels = read_images(store, [m.store_key for m in meta.images])
     ordered = [np.array(pixels[meta.images[index].store_key]) for _, index in meta.image_offsets]
+    return sequence_logprobs(model, processor, np.array(ids_array), ordered)
+
+
+def sequence_logprobs(model, processor, token_ids, images) -> np.ndarray:
+    """``log p(ids[t] | ids[:t])`` for t >= 1 of ``token_ids`` (image pads expanded) with
+    ``images`` (HWC uint8 arrays, in prompt order): (T - 1,)."""
+    ids = torch.as_tensor(np.asarray(token_ids), dtype=torch.long)[None]  # (1, T)
     vision = {}
-    if ordered:
-        processed = processor.image_processor(images=ordered, return_tensors="pt")
+    if len(images):
+        processed = processor.image_processor(images=list(images), return_tensors="pt")
         vision = {
             "pixel_values": processed["pixel_values"],
             "image_grid_thw": processed["image_grid_thw"],

@@ -6,7 +6,9 @@ Per family: the stored logprobs of every sampled token equal a float32 forward o
 sequence under the weights that sampled it (before and after the push), and vLLM's prompt
 logprobs (``score``) equal the forward at every position; the push really changes what is
 served and names the pushed version; an image reference the replica does not hold is answered
-by one ``CacheMiss`` naming it, and the client's one resend then gets the answer.
+by one ``CacheMiss`` naming it, and the client's one resend then gets the answer. A LoRA run's
+pushes reach the replica as vLLM's LoRA adapter (every family here is in ``VLLM_LORA_FAMILIES``),
+and vLLM then serves the adapters' logprobs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 import torch
 
 from tests.helpers.chat import gui_screens
-from tests.helpers.reference_logprobs import reference_logprobs
+from tests.helpers.reference_logprobs import reference_logprobs, sequence_logprobs
 from tests.vllm.conftest import FAMILIES, VLLM_HEAD_DIM, cpu_engine
 from vlrl.mm import content_hash, patch_rule_of
 from vlrl.models import build_tiny
@@ -31,8 +33,10 @@ from vlrl.rollout.engine.weights_keeper import weights_keeper
 from vlrl.rollout.ray_endpoint import RayEndpoint
 from vlrl.rollout.trajectory import Trajectory
 from vlrl.store import LocalStore
+from vlrl.train.lora import PARTS
 
 ATOL = 1e-4
+LORA_RANK = 8
 GREEDY = SamplingParams(temperature=0.0, max_tokens=4)
 SCREEN = (240, 320)
 SCREEN_BYTES = SCREEN[0] * SCREEN[1] * 3
@@ -41,14 +45,16 @@ SCREEN_BYTES = SCREEN[0] * SCREEN[1] * 3
 @pytest.fixture(scope="module", params=FAMILIES)
 def served(request, ray_session, tmp_path_factory):
     """(family, checkpoint, newer weights' checkpoint, processor, engine): one replica per family
-    whose pixel cache holds two screens, so a third evicts the oldest."""
+    whose pixel cache holds two screens, so a third evicts the oldest, started as a LoRA run's
+    replica (vLLM's ``enable_lora``, the tower's too): until a push brings adapters it serves the
+    weights alone, which the other tests check."""
     from transformers import AutoProcessor
 
     name = request.param
     folder = tmp_path_factory.mktemp(name)
     path = build_tiny(name, folder / "policy", rope_theta=10.0, head_dim=VLLM_HEAD_DIM)
     newer = build_tiny(name, folder / "newer", rope_theta=10.0, head_dim=VLLM_HEAD_DIM, seed=7)
-    engine = cpu_engine(image_cache_mb=2.5 * SCREEN_BYTES / 2**20).build(model_path=str(path))
+    engine = cpu_engine(image_cache_mb=2.5 * SCREEN_BYTES / 2**20, lora_rank=LORA_RANK, lora_tower=True).build(model_path=str(path))
     yield name, path, newer, AutoProcessor.from_pretrained(path), engine
     ray_session.kill(engine)
 
@@ -182,3 +188,62 @@ def test_concurrent_seeded_requests_beyond_one_steps_token_budget_are_served(ray
     assert all(len(r.token_ids) == 4 for r in results)
     again = ray_session.get(engine.generate.remote(requests[3]))  # a seed gives the same tokens again
     assert again.token_ids.tolist() == results[3].token_ids.tolist()
+
+
+def adapters(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    """Random rank-8 adapters, as a LoRA trainer pushes them (``M.lora_A.weight`` = A,
+    ``M.lora_B.weight`` = s B), on every linear layer of the LLM's layers, the tower's blocks and
+    the merger (DeepStack mergers included)."""
+    generator = torch.Generator().manual_seed(seed)
+    prefixes = tuple(p for part in PARTS.values() for p in part)
+    push = {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and name.startswith(prefixes):
+            push[f"{name}.lora_A.weight"] = torch.randn(LORA_RANK, module.in_features, generator=generator) * 0.2
+            push[f"{name}.lora_B.weight"] = torch.randn(module.out_features, LORA_RANK, generator=generator) * 0.1
+    return push
+
+
+def merged(model: torch.nn.Module, push: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """``model`` with ``W + (s B) A`` in every adapted layer: what the trainer's PEFT forward
+    computes (tests/unit/train/test_lora.py checks the two agree)."""
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    for key, a in push.items():
+        if key.endswith(".lora_A.weight"):
+            module = key.removesuffix(".lora_A.weight")
+            state[f"{module}.weight"] += push[f"{module}.lora_B.weight"] @ a
+    copy = type(model)(model.config).eval()
+    copy.load_state_dict(state)
+    return copy
+
+
+def test_a_lora_push_serves_the_adapters_logprobs(ray_session, served):
+    """A LoRA trainer's first push (its whole base and the adapters on the LLM, the tower and the
+    merger), then one of adapters alone, then one without adapters (a full-weight warm start's):
+    vLLM's prompt logprobs of a two-image sequence equal a float32 forward of the base with each
+    push's adapters merged in, and of the base alone after the last; the adapters move them by
+    more than 1e-2, so a replica that dropped them would fail."""
+    name, path, newer, processor, engine = served
+    chat = ChatFormat(processor.tokenizer, patch_rule_of(processor), "gui-agent", "Answer with one action.")
+    screens = gui_screens(2, seed=31)
+    ids = np.asarray(chat.context([ChatTurn("Click OK.", SCREEN[::-1]), ChatTurn("", SCREEN[::-1])]).ids, np.int32)
+    parts = tuple(ImagePart(s.content_hash, s.width, s.height, s.pixels) for s in screens)
+    pixels = [s.pixels for s in screens]
+    base = load(name, newer)
+    first, later = adapters(base, seed=1), adapters(base, seed=2)
+    version = ray_session.get(engine.policy_version.remote())
+
+    def served_logprobs(push: dict[str, torch.Tensor], version: int) -> np.ndarray:
+        ray_session.get(engine.update_weights.remote(push, version))
+        scored = ray_session.get(engine.score.remote(GenerateRequest(f"lora{version}", "lora", ids, parts)))
+        assert isinstance(scored, ScoreResult) and scored.policy_version == version
+        return scored.logprobs[1:]
+
+    base_lp = sequence_logprobs(base, processor, ids, pixels)
+    for push, expected in (({**base.state_dict(), **first}, merged(base, first)), (later, merged(base, later))):
+        version += 1
+        reference = sequence_logprobs(expected, processor, ids, pixels)
+        np.testing.assert_allclose(served_logprobs(push, version), reference, atol=ATOL)
+        assert np.abs(reference - base_lp).max() > 1e-2  # the adapters change what is served
+    np.testing.assert_allclose(served_logprobs(base.state_dict(), version + 1), base_lp, atol=ATOL)
+    assert ray_session.get(engine.stats.remote())["lora_adapters"] == 1.0

@@ -36,6 +36,7 @@ from vlrl.mm import delete_sequences
 from vlrl.models import family_of
 from vlrl.records import SeqMeta
 from vlrl.rollout.engine import VLLMEngine
+from vlrl.rollout.engine.vllm_inputs import lora_push
 from vlrl.rollout.engine.weights_keeper import weights_keeper
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY
@@ -124,6 +125,16 @@ class JobSession:
         engine = config.engine
         if config.loss.routing_replay == "rollout":  # the trainer replays what the engines record
             engine = replace(engine, record_routing=True)
+        self.lora_push = None
+        """Under LoRA, how pushes reach the engines: 'adapters' (the embedded engine merges them
+        itself; vLLM serves them as a LoRA adapter) or 'merged' (every weight, adapters merged in)."""
+        if config.lora.enabled:
+            self.lora_push = "adapters"
+            if isinstance(engine, VLLMEngine.Config):
+                engine = replace(engine, lora_rank=config.lora.rank, lora_tower=config.lora.trains_tower)
+                adapters, why = lora_push(engine.lora_adapters, engine.lora_rank, self.family.name)
+                self.lora_push = "adapters" if adapters else "merged"
+                print(f"vlrl: VLLMEngine: {why}", flush=True)
         self.engines = [engine.build(model_path=self.model_path) for _ in range(config.replicas)]
         self.teacher = None
         self.store = config.store.build()
@@ -196,7 +207,7 @@ class JobSession:
         """To every engine and, for replicas that restart, to their weights keepers; a replica that
         is down does not fail the push."""
         keepers = [k for k in map(weights_keeper, self.engines) if k is not None]
-        merged = isinstance(self.config.engine, VLLMEngine.Config)  # vLLM is not given LoRA adapters (docs/training.md)
+        merged = self.lora_push == "merged"  # a vLLM replica that does not serve the family's LoRA (docs/training.md)
         await asyncio.to_thread(group.push_weights, self.engines, version, keepers, merged)
         self.engine_version = version
 

@@ -591,6 +591,7 @@ def _summary(config: TrainJob.Config, state: RunState, s: JobSession, wall_s: fl
         "model": config.model_path,
         "model_family": s.family.name,
         "engine": "vllm" if isinstance(config.engine, VLLMEngine.Config) else "embedded",
+        **({"lora_push": s.lora_push} if s.lora_push else {}),
     }
 
 

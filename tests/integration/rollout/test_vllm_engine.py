@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import json
 import importlib.util
 import re
 import sys
@@ -36,6 +37,7 @@ from vlrl.rollout.engine.vllm_inputs import (
     check_expansion,
     checkpoint_weights,
     generate_result,
+    lora_push,
     prompt_inputs,
     resolve_images,
     sampling_kwargs,
@@ -322,9 +324,14 @@ class FakeAsyncLLM:
         self.loaded: dict[str, torch.Tensor] = {}
         self.resets = 0
         self.request_ids: list[str] = []
+        self.lora_requests: list = []
+        self.rpcs = 0
+        self.adapters: list[tuple[dict, dict[str, torch.Tensor], bool]] = []  # (config, tensors, load_inplace)
+        self.args: dict = {}
 
-    async def generate(self, inputs, params, request_id):
+    async def generate(self, inputs, params, request_id, lora_request=None):
         self.request_ids.append(request_id)
+        self.lora_requests.append(lora_request)
         images = inputs.get("multi_modal_data", {}).get("image", [])
         pad = self.pad
         expanded = expand(inputs["prompt_token_ids"], pad, [self.rule.num_tokens(*image.size) for image in images])
@@ -338,9 +345,18 @@ class FakeAsyncLLM:
 
     async def collective_rpc(self, method, args=()):
         assert method == "vlrl_load_weights"
+        self.rpcs += 1
         with safe_open(args[0], framework="pt") as handle:
             self.loaded = {name: handle.get_tensor(name) for name in handle.keys()}
         return [len(self.loaded)]
+
+    async def add_lora(self, lora_request):
+        folder = Path(lora_request.lora_path)
+        config = json.loads((folder / "adapter_config.json").read_text())
+        with safe_open(folder / "adapter_model.safetensors", framework="pt") as handle:
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+        self.adapters.append((config, tensors, lora_request.load_inplace))
+        return True
 
     async def reset_prefix_cache(self):
         self.resets += 1
@@ -360,12 +376,15 @@ def fake_vllm(monkeypatch, rule, pad):
     llm.pad = pad
     modules = {name: types.ModuleType(name) for name in (
         "vllm", "vllm.sampling_params", "vllm.engine", "vllm.engine.arg_utils", "vllm.v1", "vllm.v1.engine",
-        "vllm.v1.engine.async_llm",
+        "vllm.v1.engine.async_llm", "vllm.lora", "vllm.lora.request",
     )}  # fmt: skip
     modules["vllm"].SamplingParams = lambda **kwargs: SimpleNamespace(**kwargs)
     modules["vllm.sampling_params"].RequestOutputKind = SimpleNamespace(FINAL_ONLY="final")
     modules["vllm.engine.arg_utils"].AsyncEngineArgs = lambda **kwargs: kwargs
-    modules["vllm.v1.engine.async_llm"].AsyncLLM = SimpleNamespace(from_engine_args=lambda args: llm)
+    modules["vllm.v1.engine.async_llm"].AsyncLLM = SimpleNamespace(from_engine_args=lambda args: llm.args.update(args) or llm)
+    modules["vllm.lora.request"].LoRARequest = lambda name, id, path, load_inplace=False: SimpleNamespace(
+        lora_name=name, lora_int_id=id, lora_path=path, load_inplace=load_inplace
+    )
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
     return llm
@@ -434,6 +453,78 @@ def test_actor_assembles_screens_sent_as_tiles_and_misses_without_their_base(fak
     assert stats["image_bytes_received"] == sum(part.nbytes for part in tiled)
     assert tiled[1].nbytes < first.nbytes / 20  # the second screen cost its changed tiles
     assert missed == CacheMiss(missed.request_id, (content_hash(second),))
+
+
+def test_a_lora_replica_serves_pushed_adapters_as_one_vllm_lora_adapter(fake_vllm, tiny_path, processor, tmp_path):
+    """The trainer's first push (the base and the adapters): the base reloaded in place, the
+    adapters loaded as vLLM's one LoRA adapter, which every later request carries; a later push of
+    adapters alone reloads nothing else; a push without adapters (a full-weight warm start's)
+    leaves the base alone serving. A merged-weights replica refuses adapters."""
+    shot = screen(320, 240, 13)
+    prompt = user_turn(processor, "click OK", [shot])
+    base = model_state(tiny_path)
+    module = "model.language_model.layers.0.self_attn.q_proj"
+    generator = torch.Generator().manual_seed(0)
+    a, scaled_b = torch.randn(8, 64, generator=generator), torch.randn(64, 8, generator=generator)
+    adapters = {f"{module}.lora_A.weight": a, f"{module}.lora_B.weight": scaled_b}
+    config = VLLMEngine.Config(weights_dir=str(tmp_path), dtype="float32", lora_rank=8, lora_tower=True)
+
+    async def main():
+        engine = VLLMEngine(config, str(tiny_path))
+        before = len(fake_vllm.lora_requests)
+        await engine.generate(request(prompt, (part(shot),)))
+        await engine.update_weights({**base, **adapters}, 1)
+        first = (fake_vllm.rpcs, sorted(fake_vllm.loaded))
+        await engine.generate(request(prompt, (part(shot, send=False),)))
+        await engine.update_weights({k: 2 * v for k, v in adapters.items()}, 2)
+        second_rpcs = fake_vllm.rpcs
+        await engine.generate(request(prompt, (part(shot, send=False),)))
+        await engine.update_weights(perturbed(tiny_path), 3)
+        await engine.generate(request(prompt, (part(shot, send=False),)))
+        with pytest.raises(ValueError, match="LoRA adapters of rank 16; this replica's vLLM holds up to 8"):
+            await engine.update_weights({f"{module}.lora_A.weight": torch.zeros(16, 64), f"{module}.lora_B.weight": torch.zeros(64, 16)}, 4)
+        merged = VLLMEngine(dataclasses.replace(config, lora_adapters="off"), str(tiny_path))
+        with pytest.raises(ValueError, match=r"a replica that takes merged weights \(LoRA pushes arrive as merged weights \(lora_adapters='off'\)\)"):
+            await merged.update_weights(adapters, 1)
+        return first, second_rpcs, fake_vllm.lora_requests[before:], await engine.stats(), await merged.stats()
+
+    (rpcs, loaded), second_rpcs, served, stats, merged_stats = asyncio.run(main())
+    assert fake_vllm.args["enable_lora"] and fake_vllm.args["max_lora_rank"] == 8 and fake_vllm.args["max_loras"] == 1
+    assert fake_vllm.args["enable_tower_connector_lora"]
+    assert rpcs == 1 and loaded == sorted(base)  # the first push's base, reloaded; its adapters are not in the file
+    assert second_rpcs == 1  # adapters alone: no reload
+    assert [adapter[2] for adapter in fake_vllm.adapters] == [True, True]  # each replaces the one adapter in place
+    settings, tensors, _ = fake_vllm.adapters[0]
+    assert (settings["r"], settings["lora_alpha"], settings["target_modules"]) == (8, 8, [module])  # scale 1: B is s B
+    torch.testing.assert_close(tensors[f"base_model.model.{module}.lora_A.weight"], a)
+    torch.testing.assert_close(fake_vllm.adapters[1][1][f"base_model.model.{module}.lora_B.weight"], 2 * scaled_b)
+    assert served[0] is None and served[3] is None  # before the first push, and after one without adapters
+    assert served[1].lora_int_id == served[2].lora_int_id == 1 and not served[1].load_inplace
+    assert list(tmp_path.iterdir()) == []  # staged file and adapter folders removed
+    assert (stats["lora_adapters"], stats["weight_updates"], merged_stats["lora_adapters"]) == (1.0, 3, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("setting", "rank", "family", "adapters", "says"),
+    [
+        ("auto", 16, "qwen2_vl", True, "as a vLLM LoRA adapter (rank 16, vLLM max_lora_rank 16)"),
+        ("auto", 12, "qwen3_vl", True, "vLLM max_lora_rank 16"),
+        ("auto", 16, "qwen3_vl_moe", False, "merged weights (vLLM's LoRA has not served qwen3_vl_moe"),
+        ("on", 16, "qwen3_vl_moe", True, "as a vLLM LoRA adapter"),
+        ("off", 16, "qwen2_vl", False, "merged weights (lora_adapters='off')"),
+        ("auto", 1024, "qwen2_vl", False, "rank 1024 is above vLLM's largest, 512"),
+        ("on", 0, "qwen2_vl", False, "not a LoRA run"),
+    ],
+)
+def test_lora_push_says_how_pushes_reach_a_replica(setting, rank, family, adapters, says):
+    taken, why = lora_push(setting, rank, family)
+    assert taken == adapters and says in why
+
+
+def test_lora_adapters_on_is_refused_for_qwen3_vl_moe_on_cpu(tmp_path):
+    path = build_tiny("qwen3_vl_moe", tmp_path / "moe", head_dim=32)
+    with pytest.raises(ConfigError, match=r"engine\.lora_adapters.*'auto' or 'off' for qwen3_vl_moe on CPU"):
+        VLLMEngine.Config(gpus=0, lora_rank=8, lora_adapters="on").build(model_path=str(path))
 
 
 # -- the recipe

@@ -22,6 +22,16 @@ loads the latest push from its ``WeightsKeeper`` before serving; a vLLM engine c
 under a live actor ends the actor, so that Ray restarts it rather than leaving a replica that
 fails every request.
 
+LoRA (``lora_adapters``): a LoRA run's pushes carry the adapters (``vlrl.models.adapters``:
+``M.lora_A.weight`` = A, ``M.lora_B.weight`` = s B), and the trainer's first push the whole base
+too. For the families in ``VLLM_LORA_FAMILIES`` vLLM starts with ``enable_lora`` and serves them
+as one LoRA adapter: a push's plain weights (the base, ``lora.full_modules``) are reloaded in
+place as above, its adapters staged as a PEFT folder and loaded with ``add_lora`` in place of the
+previous ones, and every later request carries that adapter; a push without adapters (a
+full-weight warm start's) leaves the base alone serving. Any other family is pushed every weight
+with the adapters merged in (``TrainerGroup.push_weights(merged=True)``), as full fine-tuning. The
+replica says which at start and in ``stats()["lora_adapters"]``.
+
 vLLM's prefix cache is content-addressed (token and image hashes), so a trajectory's next turn
 reuses its KV blocks without being tracked per trajectory, and ``forget`` has nothing to drop.
 """
@@ -31,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping
@@ -43,18 +54,24 @@ import torch
 
 from vlrl.config import ConfigError, Ge, Gt, Le, NonEmpty
 from vlrl.mm.tile_wire import TileReceiver
+from vlrl.models.adapters import split_push
 from vlrl.rollout.engine.tiled_parts import untiled
 from vlrl.rollout.engine.weights_keeper import keep_weights_of, latest_weights, start_keeper
 from vlrl.rollout.engine.vllm_inputs import (
+    ADAPTER_NAME,
     PixelCache,
     checked_prompt,
     checkpoint_weights,
     generate_result,
+    lora_push,
     prompt_inputs,
     resolve_images,
     sampling_kwargs,
     score_kwargs,
     score_result,
+    VLLM_LORA_RANKS,
+    vllm_lora_rank,
+    write_adapter,
 )
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
 
@@ -64,6 +81,7 @@ MISSING_VLLM = (
 )
 
 WORKER_EXTENSION = "vlrl.rollout.engine.vllm_worker.WeightLoader"
+VLLM_LORA_MAX = VLLM_LORA_RANKS[-1]
 
 
 def require_vllm() -> None:
@@ -140,6 +158,22 @@ class VLLMEngine:
         """Times Ray restarts a crashed replica in place (0: a crash ends it). It comes back with
         the latest pushed weights and version but empty caches (clients see cache misses and resend)."""
 
+        lora_adapters: Literal["auto", "on", "off"] = "auto"
+        """How a LoRA run's pushes reach this replica: 'on', as a vLLM LoRA adapter (vLLM starts
+        with ``enable_lora``; a push after the first carries only the adapters and
+        ``lora.full_modules``); 'off', every weight with the adapters merged in, as full
+        fine-tuning; 'auto', 'on' for Qwen2-VL, Qwen2.5-VL and Qwen3-VL (``VLLM_LORA_FAMILIES``,
+        checked on vLLM's CPU build) and 'off' for the rest (Qwen3-VL-MoE: vLLM's LoRA needs
+        Triton for its experts, which the CPU build lacks; GPU not run)."""
+
+        lora_rank: Annotated[int, Ge(0)] = 0
+        """The run's ``lora.rank`` (the job sets it; 0: not a LoRA run): with adapters, vLLM makes
+        room for this rank (its ``max_lora_rank``, rounded up to a value it takes)."""
+
+        lora_tower: bool = False
+        """Whether the run adapts the vision tower or merger (the job sets it from
+        ``lora.tower_modules``/``merger_modules``): vLLM's ``enable_tower_connector_lora``."""
+
         @property
         def encoder(self) -> None:
             """Always None: vLLM embeds images with the checkpoint's own tower, so a trainer with a
@@ -159,7 +193,7 @@ class VLLMEngine:
                     self.max_concurrency,
                     f"more than max_num_seqs ({self.max_num_seqs}), to leave room for control calls",
                 )
-            taken = sorted(set(self.engine_args) & set(engine_args(self, model_path="")))
+            taken = sorted(set(self.engine_args) & set(engine_args(self, model_path="", lora=True)))
             if taken:
                 raise ConfigError(
                     "engine_args",
@@ -174,6 +208,8 @@ class VLLMEngine:
             ``MISSING_VLLM``."""
             if self.gpus == 0:
                 check_cpu_head_size(model_path)
+                if self.lora_rank and self.lora_adapters == "on":
+                    check_cpu_lora(model_path)
             if not ray.is_initialized():
                 raise RuntimeError("VLLMEngine needs a running Ray: call ray.init() first")
             keeper_name, keeper = start_keeper()
@@ -219,7 +255,11 @@ class VLLMEngine:
         placeholders = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
         self._banned = [i for i in (getattr(model_config, name, None) for name in placeholders) if i is not None]
         self._dtype = None if config.dtype == "auto" else getattr(torch, config.dtype)
-        args = AsyncEngineArgs(**engine_args(config, model_path=model_path), **config.engine_args)
+        self._adapters, why = lora_push(config.lora_adapters, config.lora_rank, self._family.name)
+        if config.lora_rank:
+            print(f"VLLMEngine ({self._family.name}): {why}", flush=True)
+        self._lora: Any = None  # the LoRARequest every request carries while a push's adapters are loaded
+        args = AsyncEngineArgs(**engine_args(config, model_path=model_path, lora=self._adapters), **config.engine_args)
         self._engine = AsyncLLM.from_engine_args(args)
         self._pixels = PixelCache(int(config.image_cache_mb * 2**20))
         self._tiles = TileReceiver(int(config.tile_cache_mb * 2**20))
@@ -268,7 +308,7 @@ class VLLMEngine:
         async with self._update_lock:
             if version <= self._version:
                 raise ValueError(f"update_weights: version={version}; expected more than the latest, {self._version}")
-            weights = checkpoint_weights(state_dict, self._dtype, self._family)  # names checked before anything stops
+            weights = self._push(state_dict)  # names checked before anything stops
             paused = time.perf_counter()  # new requests wait from here: the drain, then the load
             async with self._turn:
                 self._updating = True
@@ -301,6 +341,7 @@ class VLLMEngine:
             "image_cache_bytes": self._pixels.nbytes,
             "in_flight": self._accepted,
             "policy_version": self._version,
+            "lora_adapters": float(self._adapters),
         }
 
     async def _restore(self) -> None:
@@ -313,7 +354,7 @@ class VLLMEngine:
                 return
             weights, version = await asyncio.to_thread(latest_weights, self._keeper_name)
             if weights is not None and version > self._version:
-                await self._load(checkpoint_weights(weights, self._dtype, self._family))
+                await self._load(self._push(weights))
                 self._version = version
             self._restored = self._version
 
@@ -335,10 +376,11 @@ class VLLMEngine:
             async with self._turn:
                 await self._turn.wait_for(lambda: not self._updating)
                 self._running += 1
-                version = self._version
+                version, lora = self._version, self._lora
             try:
                 output = None
-                async for output in self._engine.generate(inputs, params, f"{request.request_id}#{next(self._ids)}"):
+                request_id = f"{request.request_id}#{next(self._ids)}"
+                async for output in self._engine.generate(inputs, params, request_id, lora_request=lora):
                     pass
             except Exception as error:
                 end_if_engine_dead(error)
@@ -356,22 +398,63 @@ class VLLMEngine:
         finally:
             self._accepted -= 1
 
-    async def _load(self, weights: dict[str, torch.Tensor]) -> None:
+    def _push(self, state_dict: Mapping[str, torch.Tensor | np.ndarray]) -> tuple[dict[str, torch.Tensor], dict]:
+        """A push as (plain weights for vLLM's reload, ``{module: (A, s B)}`` adapters), checked:
+        adapters only where this replica serves them, of a rank vLLM made room for."""
+        plain, pairs = split_push(state_dict)
+        if pairs and not self._adapters:
+            raise ValueError(
+                f"update_weights: LoRA adapters ({len(pairs)} module(s)) for a replica that takes merged weights"
+                f" ({lora_push(self._config.lora_adapters, self._config.lora_rank, self._family.name)[1]});"
+                " push every weight with the adapters merged in (TrainerGroup.push_weights(merged=True))"
+            )
+        rank = max((int(a.shape[0]) for a, _ in pairs.values()), default=0)
+        if rank > vllm_lora_rank(self._config.lora_rank):
+            raise ValueError(
+                f"update_weights: LoRA adapters of rank {rank}; this replica's vLLM holds up to"
+                f" {vllm_lora_rank(self._config.lora_rank)} (lora_rank={self._config.lora_rank})"
+            )
+        return checkpoint_weights(plain, self._dtype, self._family), pairs
+
+    async def _load(self, push: tuple[dict[str, torch.Tensor], dict]) -> None:
+        """Plain weights reloaded in place, then (on a replica that takes adapters) the push's
+        adapters as the served LoRA adapter, or none when the push carries none; then the caches
+        that depend on the weights are dropped."""
         from safetensors.torch import save_file
 
-        handle, path = tempfile.mkstemp(prefix="vlrl-weights-", suffix=".safetensors", dir=self._config.weights_dir)
-        os.close(handle)
-        try:
-            await asyncio.to_thread(save_file, weights, path)
-            loaded = await self._engine.collective_rpc("vlrl_load_weights", args=(path,))
-        finally:
-            os.unlink(path)
-        if not all(loaded):
-            raise RuntimeError(f"update_weights: a vLLM worker loaded no parameters ({loaded} per worker)")
+        weights, pairs = push
+        if weights:
+            handle, path = tempfile.mkstemp(prefix="vlrl-weights-", suffix=".safetensors", dir=self._config.weights_dir)
+            os.close(handle)
+            try:
+                await asyncio.to_thread(save_file, weights, path)
+                loaded = await self._engine.collective_rpc("vlrl_load_weights", args=(path,))
+            finally:
+                os.unlink(path)
+            if not all(loaded):
+                raise RuntimeError(f"update_weights: a vLLM worker loaded no parameters ({loaded} per worker)")
+        if self._adapters:
+            self._lora = await self._load_adapter(pairs) if pairs else None
         if not await self._engine.reset_prefix_cache():
             raise RuntimeError("update_weights: vLLM refused to reset its prefix cache while requests ran")
         await self._engine.reset_encoder_cache()
         await self._engine.reset_mm_cache()
+
+    async def _load_adapter(self, pairs: dict) -> Any:
+        """Stage ``pairs`` as a PEFT folder, have every vLLM worker load it in place of the adapter
+        it holds (one adapter id, reloaded: ``load_inplace``), and return the request that later
+        requests carry. The folder is removed once loaded: vLLM reads it again only for an
+        adapter it no longer holds, and it holds this one (``max_loras`` 1) until the next push."""
+        from vllm.lora.request import LoRARequest
+
+        folder = tempfile.mkdtemp(prefix="vlrl-adapter-", dir=self._config.weights_dir)
+        try:
+            await asyncio.to_thread(write_adapter, pairs, folder, self._dtype)
+            if not await self._engine.add_lora(LoRARequest(ADAPTER_NAME, 1, folder, load_inplace=True)):
+                raise RuntimeError("update_weights: vLLM did not load the pushed LoRA adapter")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return LoRARequest(ADAPTER_NAME, 1, folder)
 
 
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -395,6 +478,21 @@ def check_cpu_head_size(model_path: str) -> None:
         )
 
 
+def check_cpu_lora(model_path: str) -> None:
+    """Refuse ``lora_adapters='on'`` on CPU for a family whose vLLM LoRA the CPU build cannot
+    run (Qwen3-VL-MoE: its experts go through Triton kernels under ``enable_lora``)."""
+    from vlrl.models import family_of
+
+    family = family_of(model_path)
+    if family.routed_experts:
+        raise ConfigError(
+            "engine.lora_adapters",
+            "on",
+            f"'auto' or 'off' for {family.name} on CPU: with enable_lora vLLM's CPU build runs its experts through"
+            " Triton kernels it does not have, and the first request ends the engine",
+        )
+
+
 def end_if_engine_dead(error: BaseException) -> None:
     """End this process when vLLM's engine core is gone (``EngineDeadError``): the actor would
     otherwise live on and fail every request, while a crash lets Ray restart it (``max_restarts``)
@@ -406,9 +504,11 @@ def end_if_engine_dead(error: BaseException) -> None:
         os._exit(1)
 
 
-def engine_args(config: VLLMEngine.Config, *, model_path: str) -> dict[str, Any]:
+def engine_args(config: VLLMEngine.Config, *, model_path: str, lora: bool = False) -> dict[str, Any]:
     """The ``vllm.AsyncEngineArgs`` fields ``config`` sets for the checkpoint ``model_path``
-    (``engine_args`` adds the rest).
+    (``engine_args`` adds the rest); ``lora``: the replica serves the pushes' adapters as a vLLM
+    LoRA adapter (one at a time, of up to ``config.lora_rank``, on the tower too with
+    ``config.lora_tower``).
 
     Fixed choices: raw logprobs (``log_softmax`` of the model's logits before temperature, top-p
     or biases: the behaviour policy's ``log pi(a|s)`` at temperature 1 without top-p, as
@@ -437,6 +537,11 @@ def engine_args(config: VLLMEngine.Config, *, model_path: str) -> dict[str, Any]
         "worker_extension_cls": WORKER_EXTENSION,
         "disable_log_stats": True,
         **(cpu_scheduling(config) if config.gpus == 0 else {}),
+        **(
+            {"enable_lora": True, "max_lora_rank": vllm_lora_rank(config.lora_rank) or VLLM_LORA_MAX, "max_loras": 1,
+             "enable_tower_connector_lora": config.lora_tower}
+            if lora else {}
+        ),  # fmt: skip
     }
 
 
