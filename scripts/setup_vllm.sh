@@ -67,6 +67,8 @@ for op in ("nms", "qnms"):
 meta.write_text(text)
 PY
 rm -f "$log"
+echo "setup_vllm: compiling the environment's bytecode"
+compile_bytecode "$VENV"
 VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -c "import vllm, torchvision, transformers, ray, vlrl, peft" \
   || give_up "the environment does not import (vllm, torchvision, transformers, ray, vlrl, peft)"
 echo "$stamp_now" >"$stamp_file"
