@@ -403,11 +403,13 @@ def _serve(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from vlrl.job.eval_job import adapted_policy, resolve_target
+    from vlrl.config import validate
+    from vlrl.job.eval_job import adapted_policy, processor_folder, resolve_target
 
     merged = Path(tempfile.mkdtemp(prefix="vlrl-serve-"))
     try:
         model, _ = resolve_target(Path(args.model))
+        validate(_server_config(args, str(processor_folder(model))))  # a bad option is named before any merge
         policy = adapted_policy(model, Path(args.adapter) if args.adapter else None, merged)
         return _serve_folder(args, str(policy))
     except FileNotFoundError as error:
@@ -418,6 +420,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _serve_folder(args: argparse.Namespace, policy: str) -> int:
     from vlrl.config import validate
+
+    validate(_server_config(args, policy)).build().run()
+    return 0
+
+
+def _server_config(args: argparse.Namespace, policy: str):
+    """``vlrl serve``'s ``OpenAIServer.Config`` of the checkpoint folder ``policy``."""
     from vlrl.rollout.engine import EmbeddedEngine
     from vlrl.rollout.server import OpenAIServer
 
@@ -427,7 +436,7 @@ def _serve_folder(args: argparse.Namespace, policy: str) -> int:
         max_batch=args.max_batch,
         image_cache_mb=args.image_cache_mb,
     )
-    config = OpenAIServer.Config(
+    return OpenAIServer.Config(
         model_path=policy,
         engine=engine,
         host=args.host,
@@ -442,8 +451,6 @@ def _serve_folder(args: argparse.Namespace, policy: str) -> int:
         max_model_len=args.max_model_len,
         remote_image_hosts=tuple(args.remote_image_hosts),
     )
-    validate(config).build().run()
-    return 0
 
 
 def _fail(message: str) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.config import ConfigError, DataSource, EnvSettings, apply_overrides, load_recipe
-from vlrl.job.eval_job import EvalJob, adapted_policy, listed_model, processor_folder, resolve_target
+from vlrl.job.eval_job import EvalJob, listed_model, processor_folder, resolve_target
 from vlrl.job.run_folder import read_evaluation, read_sources
 from vlrl.pool import HostBudget
 from vlrl.pool.budget import LOOP_POOL
@@ -78,8 +78,12 @@ def eval_config(args: argparse.Namespace) -> EvalJob.Config:
     else:
         if adapter and checkpoint is None:
             raise ConfigError("--adapter", adapter, "TARGET beside it: the base model the adapters go on")
-        out = args.out or (str(Path(args.target) / "eval") if args.target else "runs/eval")
-        config.model_path = str(adapted_policy(checkpoint, Path(adapter) if adapter else None, Path(out) / "policy"))
+        from vlrl.train.lora import adapter_base, is_adapter_folder
+
+        if is_adapter_folder(checkpoint):  # on the base it records
+            config.model_path, config.adapter = str(adapter_base(checkpoint)), str(checkpoint)
+        else:
+            config.model_path, config.adapter = str(checkpoint), adapter or ""
     ran = read_evaluation(run_dir) if run_dir is not None else None
     evaluation = config.eval
     if ran is not None:

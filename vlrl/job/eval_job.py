@@ -54,8 +54,13 @@ class EvalJob:
         out_dir: Annotated[str, NonEmpty()] = "runs/eval"
         """Folder of the report: eval.json, report.md and episodes/."""
 
+        adapter: str = ""
+        """A PEFT adapter folder (a LoRA checkpoint's ``adapter/``) to evaluate on ``model_path``:
+        merged into it by PEFT when the job starts, the merged checkpoint written to
+        ``out_dir/policy`` ('' : ``model_path`` as it is)."""
+
         label: str = ""
-        """What the report calls the policy ('' : the checkpoint, or the endpoint's URL)."""
+        """What the report calls the policy ('' : the adapter or checkpoint, or the endpoint's URL)."""
 
         progress: Progress.Config = field(default_factory=Progress.Config)
         """The status line on stderr (episodes done, rate, ETA)."""
@@ -66,6 +71,15 @@ class EvalJob:
                 raise ConfigError(
                     "model_path", self.model_path, "the checkpoint folder whose processor builds the endpoint's prompts"
                 )
+            if self.adapter:
+                from vlrl.train.lora import is_adapter_folder
+
+                if not is_adapter_folder(self.adapter):
+                    raise ConfigError("adapter", self.adapter, "a PEFT adapter folder (holding adapter_config.json)")
+                if self.endpoint is not None or is_adapter_folder(self.model_path) or self.model_path == TINY:
+                    raise ConfigError(
+                        "adapter", self.adapter, "a base checkpoint folder as model_path and no endpoint beside it"
+                    )
 
         def build(self) -> EvalJob:
             return EvalJob(self)
@@ -83,10 +97,7 @@ class EvalJob:
         started_ray = config.ray.ensure()
         try:
             with tempfile.TemporaryDirectory(prefix="vlrl-eval-") as scratch:
-                model_path = config.model_path
-                if model_path == TINY:
-                    model_path = str(config.tiny.build(Path(scratch) / "tiny"))
-                report = self._evaluate(ray, model_path)
+                report = self._evaluate(ray, self.policy_folder(Path(scratch)))
         finally:
             if started_ray:
                 ray.shutdown()
@@ -97,6 +108,20 @@ class EvalJob:
         summary = {**summary_of(report), "report": str(out / REPORT_MD)}
         print(json.dumps(summary), flush=True)
         return summary
+
+    def policy_folder(self, scratch: Path) -> str:
+        """The checkpoint folder the engines serve: ``model_path``, the tiny model built in
+        ``scratch``, or ``adapter`` merged into ``model_path`` (in ``out_dir/policy``)."""
+        config = self.config
+        if config.model_path == TINY:
+            return str(config.tiny.build(scratch / "tiny"))
+        if config.adapter:
+            from vlrl.train.lora import merge_adapter
+
+            merged = merge_adapter(config.adapter, Path(config.out_dir) / "policy", base=config.model_path)
+            print(f"note: evaluating the adapters of {config.adapter} merged into their base at {merged}", file=sys.stderr)
+            return str(merged)
+        return config.model_path
 
     def _evaluate(self, ray: Any, model_path: str) -> dict[str, Any]:
         from transformers import AutoProcessor
@@ -123,7 +148,7 @@ class EvalJob:
                 ray.kill(engine)
             store.destroy()
         about = {
-            "policy": config.label or (config.endpoint.base_url if config.endpoint else config.model_path),
+            "policy": config.label or (config.endpoint.base_url if config.endpoint else config.adapter or config.model_path),
             "endpoint": config.endpoint.base_url if config.endpoint else None,
             "processor": config.model_path,
             "seed": config.eval.seed,

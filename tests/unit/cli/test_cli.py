@@ -85,11 +85,13 @@ def test_a_config_that_builds_no_job_is_refused(capsys):
     )
 
 
-def test_serve_refuses_a_missing_checkpoint_and_a_bad_port(tmp_path, capsys):
+def test_serve_refuses_a_missing_checkpoint_and_a_bad_port(tmp_path, tiny_path, capsys):
     # Serving itself is tested in tests/rollout/server/.
     assert main(["serve", "--model", str(tmp_path / "missing"), "--port", "9000", "--api-key", "k"]) == 2
     assert capsys.readouterr().err == f"error: --model {tmp_path / 'missing'}: not a checkpoint directory\n"
-    assert main(["serve", "--model", str(tmp_path), "--port", "70000"]) == 2
+    assert main(["serve", "--model", str(tmp_path), "--port", "9000"]) == 2
+    assert "not a run folder (no sources.json), a checkpoint folder (no config.json)" in capsys.readouterr().err
+    assert main(["serve", "--model", str(tiny_path), "--port", "70000"]) == 2
     assert capsys.readouterr().err == "error: config field 'port': got 70000 (int); expected an integer >= 0 and <= 65535\n"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from vlrl.cli import build_parser, main
-from vlrl.config import DataSource, EnvSettings
+from vlrl.config import ConfigError, DataSource, EnvSettings
 from vlrl.job.eval_cli import eval_config
 from vlrl.job.eval_report import build_report, markdown, rate
 from vlrl.job.evaluate import EpisodeRecord, EvalResult, Evaluation
@@ -132,10 +132,14 @@ def test_serve_and_eval_take_a_lora_adapter_folder_on_its_base(tiny_path, tmp_pa
     assert "merged into their base" in capsys.readouterr().err
 
     config = _config(str(folder), "--harness", "desktop", "--out", str(tmp_path / "eval"))
-    assert config.model_path == str(tmp_path / "eval" / "policy")
-    check(Path(config.model_path))
+    assert (config.model_path, config.adapter) == (str(tiny_path), str(folder))  # the base it records
+    assert not (tmp_path / "eval").exists()  # nothing merged before the job runs
+    assert config.build().policy_folder(tmp_path) == str(tmp_path / "eval" / "policy")
+    check(tmp_path / "eval" / "policy")
     config = _config(str(tiny_path), "--adapter", str(folder), "--harness", "desktop", "--out", str(tmp_path / "eval2"))
-    check(Path(config.model_path))
+    check(Path(config.build().policy_folder(tmp_path)))
+    with pytest.raises(ConfigError, match="'adapter'"):
+        _config(str(tiny_path), "--adapter", str(tiny_path), "--harness", "desktop")
 
     assert main(["serve", "--model", str(folder), "--adapter", str(folder)]) == 2
     assert "--adapter goes beside the base model" in capsys.readouterr().err
