@@ -82,6 +82,14 @@ class Arrival:
             recv_splits=arrivals.sum(1).tolist(),
         )
 
+    def by_expert(self, received: torch.Tensor) -> torch.Tensor:
+        """The received rows (grouped by source) grouped by local expert, for the experts."""
+        return received[self.order]
+
+    def by_source(self, done: torch.Tensor) -> torch.Tensor:
+        """The experts' output rows (grouped by local expert) back in arrival order, to return."""
+        return torch.empty_like(done).index_copy(0, self.order, done)
+
 
 def exchange_counts(dispatch: Dispatch, group: Any, device: torch.device) -> Arrival:
     """Step 2 of the module docstring: every rank's counts for this rank's experts. Collective over ``group``."""

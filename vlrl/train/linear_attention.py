@@ -172,12 +172,8 @@ def tp_plan(layer: nn.Module) -> dict[str, Any]:
 def distribute(block: nn.Module, tp_mesh) -> None:
     """Split ``block``'s remaining parameters over ``tp_mesh`` after ``tp_plan``: ``conv1d`` by
     channel, ``dt_bias`` and ``A_log`` by value head (``Shard(0)``); the gated norm's weight
-    replicated. The block then gathers its heads' channels over the TP group in ``packed_forward``."""
-    size = tp_mesh.size()
-    for name, count in (("linear_num_key_heads", block.num_k_heads), ("linear_num_value_heads", block.num_v_heads)):
-        if count % size:
-            raise ValueError(f"tp={size} does not divide the model's {count} {name}")
-
+    replicated. The block then gathers its heads' channels over the TP group in ``packed_forward``.
+    ``PolicyModel.parallelize`` has checked that the TP size divides both head counts."""
     def partition(name: str, module: nn.Module, mesh) -> None:
         targets = {"": ("dt_bias", "A_log"), "conv1d": ("weight",)}.get(name, ())
         for key in targets:

@@ -98,8 +98,8 @@ class RoutedExperts(nn.Module):
             arrival = exchange_counts(plan, self.ep_group, h.device)
             send = plan.send_splits(dist.get_world_size(self.ep_group))
             received = all_to_all(rows, send, arrival.recv_splits, self.ep_group)  # (R, H) by source
-            done = self.experts(received[arrival.order], arrival.expert_counts, self.tp_group)  # by local expert
-            y = all_to_all(torch.empty_like(done).index_copy(0, arrival.order, done), arrival.recv_splits, send, self.ep_group)
+            done = self.experts(arrival.by_expert(received), arrival.expert_counts, self.tp_group)
+            y = all_to_all(arrival.by_source(done), arrival.recv_splits, send, self.ep_group)
         y = y * weights[plan.token, plan.slot, None]  # (S k, H)
         return torch.zeros_like(h).index_add(0, plan.token, y.to(h.dtype)).reshape(shape)
 

@@ -124,9 +124,7 @@ class PolicyModel(nn.Module):
 
     def _apply_ep(self, parallel: Parallel) -> None:
         """Each routed block's experts split over the EP group, FSDP2 over the ranks holding the same ones."""
-        experts = parallel.expert_mesh
-        if self.routed and self.routed[0].num_experts % parallel.layout.ep:
-            raise ValueError(f"ep={parallel.layout.ep} does not divide the model's {self.routed[0].num_experts} experts")
+        experts = parallel.expert_mesh  # the family's check_layout has refused an ep that does not divide them
         for block in self.routed:
             distribute_module(block.experts, experts["ep"], _split_experts)
             block.ep_group = parallel.ep_group

@@ -49,5 +49,6 @@ def test_the_default_tiny_build_has_one_layer_of_each_kind(tmp_path):
 
 
 def test_a_job_takes_context_and_tensor_parallelism_for_the_family():
-    layout = load_recipe(f"{TRAIN_CLICK}:small", ["tiny.family=qwen3_5", "layout.cp=2", "layout.tp=2"]).layout
-    assert (layout.cp, layout.tp) == (2, 2)
+    """The recipe's checks, the family's ``check_layout`` among them, accept CP and TP (they
+    refused both before the DeltaNet layers had a CP and a TP path): loading it raises nothing."""
+    load_recipe(f"{TRAIN_CLICK}:small", ["tiny.family=qwen3_5", "layout.cp=2", "layout.tp=2"])

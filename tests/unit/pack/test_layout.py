@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from vlrl.config import ConfigError, apply_overrides
 from vlrl.pack.layout import Coords, Layout
@@ -186,8 +187,8 @@ def test_the_expert_mesh_puts_an_ep_group_on_consecutive_dp_x_cp_ranks_at_one_tp
     layout = Layout(2, 2, 2, ep=2)
     names, sizes = zip(*layout.expert_mesh_dims, strict=True)
     assert names == ("edp", "ep", "tp") and sizes == (2, 2, 2)
-    ranks = [[[(e * 2 + k) * 2 + t for t in range(2)] for k in range(2)] for e in range(2)]  # arange(8).reshape(sizes)
-    ep_groups = sorted([ranks[e][0][t], ranks[e][1][t]] for e in range(2) for t in range(2))
+    ranks = torch.arange(8).reshape(sizes)  # as init_device_mesh lays the ranks out
+    ep_groups = sorted(ranks[e, :, t].tolist() for e in range(2) for t in range(2))
     assert ep_groups == [[0, 2], [1, 3], [4, 6], [5, 7]]
     for a, b in ep_groups:  # same DP and TP coordinates, the two CP ranks
         assert (layout.coords(a).dp, layout.coords(a).tp) == (layout.coords(b).dp, layout.coords(b).tp)
