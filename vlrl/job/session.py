@@ -36,7 +36,7 @@ from vlrl.mm import delete_sequences
 from vlrl.models import family_of
 from vlrl.records import SeqMeta
 from vlrl.rollout.engine import VLLMEngine
-from vlrl.rollout.engine.vllm_inputs import lora_push
+from vlrl.rollout.engine.vllm_lora import lora_push
 from vlrl.rollout.engine.weights_keeper import weights_keeper
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY
@@ -132,9 +132,8 @@ class JobSession:
             self.lora_push = "adapters"
             if isinstance(engine, VLLMEngine.Config):
                 engine = replace(engine, lora_rank=config.lora.rank, lora_tower=config.lora.trains_tower)
-                adapters, why = lora_push(engine.lora_adapters, engine.lora_rank, self.family.name)
+                adapters, _ = lora_push(engine.lora_adapters, engine.lora_rank, self.family.name)  # each replica says why
                 self.lora_push = "adapters" if adapters else "merged"
-                print(f"vlrl: VLLMEngine: {why}", flush=True)
         self.engines = [engine.build(model_path=self.model_path) for _ in range(config.replicas)]
         self.teacher = None
         self.store = config.store.build()

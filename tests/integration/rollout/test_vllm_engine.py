@@ -37,13 +37,13 @@ from vlrl.rollout.engine.vllm_inputs import (
     check_expansion,
     checkpoint_weights,
     generate_result,
-    lora_push,
     prompt_inputs,
     resolve_images,
     sampling_kwargs,
     score_kwargs,
     score_result,
 )
+from vlrl.rollout.engine.vllm_lora import lora_push
 from vlrl.rollout.engine.vllm_worker import WeightLoader
 from vlrl.rollout.protocol import CacheMiss, GenerateResult, ImagePart, SamplingParams, ScoreResult
 
@@ -519,6 +519,11 @@ def test_a_lora_replica_serves_pushed_adapters_as_one_vllm_lora_adapter(fake_vll
 def test_lora_push_says_how_pushes_reach_a_replica(setting, rank, family, adapters, says):
     taken, why = lora_push(setting, rank, family)
     assert taken == adapters and says in why
+
+
+def test_lora_adapters_on_refuses_a_rank_vllm_cannot_hold():
+    with pytest.raises(ConfigError, match=r"'engine\.lora_adapters': got 'on'.*'auto' or 'off' for lora\.rank 1024.*up to 512"):
+        lora_push("on", 1024, "qwen2_vl")
 
 
 def test_lora_adapters_on_is_refused_for_qwen3_vl_moe_on_cpu(tmp_path):

@@ -58,21 +58,17 @@ from vlrl.models.adapters import split_push
 from vlrl.rollout.engine.tiled_parts import untiled
 from vlrl.rollout.engine.weights_keeper import keep_weights_of, latest_weights, start_keeper
 from vlrl.rollout.engine.vllm_inputs import (
-    ADAPTER_NAME,
     PixelCache,
     checked_prompt,
     checkpoint_weights,
     generate_result,
-    lora_push,
     prompt_inputs,
     resolve_images,
     sampling_kwargs,
     score_kwargs,
     score_result,
-    VLLM_LORA_RANKS,
-    vllm_lora_rank,
-    write_adapter,
 )
+from vlrl.rollout.engine.vllm_lora import ADAPTER_NAME, check_cpu_lora, lora_push, vllm_lora_rank, write_adapter
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, ScoreResult
 
 MISSING_VLLM = (
@@ -81,7 +77,6 @@ MISSING_VLLM = (
 )
 
 WORKER_EXTENSION = "vlrl.rollout.engine.vllm_worker.WeightLoader"
-VLLM_LORA_MAX = VLLM_LORA_RANKS[-1]
 
 
 def require_vllm() -> None:
@@ -478,21 +473,6 @@ def check_cpu_head_size(model_path: str) -> None:
         )
 
 
-def check_cpu_lora(model_path: str) -> None:
-    """Refuse ``lora_adapters='on'`` on CPU for a family whose vLLM LoRA the CPU build cannot
-    run (Qwen3-VL-MoE: its experts go through Triton kernels under ``enable_lora``)."""
-    from vlrl.models import family_of
-
-    family = family_of(model_path)
-    if family.routed_experts:
-        raise ConfigError(
-            "engine.lora_adapters",
-            "on",
-            f"'auto' or 'off' for {family.name} on CPU: with enable_lora vLLM's CPU build runs its experts through"
-            " Triton kernels it does not have, and the first request ends the engine",
-        )
-
-
 def end_if_engine_dead(error: BaseException) -> None:
     """End this process when vLLM's engine core is gone (``EngineDeadError``): the actor would
     otherwise live on and fail every request, while a crash lets Ray restart it (``max_restarts``)
@@ -538,7 +518,7 @@ def engine_args(config: VLLMEngine.Config, *, model_path: str, lora: bool = Fals
         "disable_log_stats": True,
         **(cpu_scheduling(config) if config.gpus == 0 else {}),
         **(
-            {"enable_lora": True, "max_lora_rank": vllm_lora_rank(config.lora_rank) or VLLM_LORA_MAX, "max_loras": 1,
+            {"enable_lora": True, "max_lora_rank": vllm_lora_rank(config.lora_rank), "max_loras": 1,
              "enable_tower_connector_lora": config.lora_tower}
             if lora else {}
         ),  # fmt: skip
