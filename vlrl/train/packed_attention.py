@@ -126,10 +126,11 @@ class PackedMask:
 
     @classmethod
     def build(
-        cls, positions: np.ndarray, segments: np.ndarray, cp_group: Any, device: torch.device | str = "cpu"
+        cls, positions: np.ndarray, segments: np.ndarray, cp_group: Any, device: torch.device | str = "cpu", recurrent: bool = True
     ) -> PackedMask:
         """From this CP rank's window: packed positions (in the micro-batch) and segment ids, ``(W,)``.
-        Collective over ``cp_group`` (the keys' positions and segments are gathered)."""
+        Collective over ``cp_group`` (the keys' positions and segments are gathered). ``recurrent``:
+        the model has linear-attention layers, which need ``pieces`` (a host copy of the keys)."""
         if cp_group is None and _runs_are_ordered(positions, segments):
             return cls(None, None, _runs(segments))
         pos = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=device)
@@ -142,7 +143,7 @@ class PackedMask:
             key_pos, key_seg = gathered[:, 0], gathered[:, 1]
             start = dist.get_rank(cp_group) * len(pos)
         allowed = (seg[:, None] == key_seg[None, :]) & (key_pos[None, :] <= pos[:, None])
-        pieces = Pieces.build(key_pos.cpu().numpy(), key_seg.cpu().numpy(), start, start + len(pos), device)
+        pieces = Pieces.build(key_pos.cpu().numpy(), key_seg.cpu().numpy(), start, start + len(pos), device) if recurrent else None
         return cls(allowed, cp_group, pieces=pieces)
 
 

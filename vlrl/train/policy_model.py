@@ -80,6 +80,8 @@ class PolicyModel(nn.Module):
         self.lm.config._attn_implementation = ATTENTION_NAME
         self.routed = route_through_trainer(self.lm)  # the sparse MLPs (Qwen3-VL-MoE); none for a dense LLM
         reset_at_segment_borders(self.lm)  # the linear-attention layers (Qwen3.5); none in the other families
+        self.recurrent = bool(linear_attention.linear_attention_layers(self.lm))
+        """Whether the LLM has linear-attention layers (their packed masks carry ``pieces``)."""
         self.image_token_id = int(model.config.image_token_id)
         self.merge_size = int(model.config.vision_config.spatial_merge_size)
         self._parallel: Parallel | None = None
@@ -103,7 +105,7 @@ class PolicyModel(nn.Module):
             raise ValueError("the trainer runs tensor parallelism with sequence parallelism; set sequence_parallel=True")
         text = self.model.config.text_config
         heads = [("attention heads", text.num_attention_heads), ("key/value heads", text.num_key_value_heads)]
-        if linear_attention.linear_attention_layers(self.lm):  # the DeltaNet layers split their heads too
+        if self.recurrent:  # the DeltaNet layers split their heads too
             heads += [("linear-attention key heads", text.linear_num_key_heads), ("linear-attention value heads", text.linear_num_value_heads)]
         for name, count in heads:
             if count % layout.tp:

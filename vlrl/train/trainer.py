@@ -303,7 +303,7 @@ class Trainer:
                 f"rank {self.parallel.rank}: received {image_rows.shape[0]} image embedding rows for"
                 f" {len(inputs.image_index)} image-token positions"
             )
-        mask = PackedMask.build(inputs.positions, inputs.segment_ids, self.parallel.cp_group, self.device)
+        mask = PackedMask.build(inputs.positions, inputs.segment_ids, self.parallel.cp_group, self.device, self.model.recurrent)
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(self.device)  # noqa: E731
         routing = None if inputs.routing is None else as_tensor(inputs.routing)
         logits = self.model(
