@@ -30,7 +30,7 @@ from typing import Annotated
 
 import torch
 from torch import nn
-from torch.distributed.tensor import Shard, distribute_module
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, SequenceParallel
 
 from vlrl.atomic import atomic_path
@@ -49,11 +49,15 @@ INIT_SEED = 0
 """Seed of the adapters' random ``A``: the replicas of a parameter on different ranks start equal."""
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
-DEFAULT_LLM_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-"""The default ``llm_modules``: every attention and dense-MLP projection."""
-DENSE_MLP = ("gate_proj", "up_proj", "down_proj")
-"""Default patterns a family may lack: Qwen3-VL-MoE's sparse layers hold their experts as fused
-tensors, not linear layers, so the default adapts its attention only (experts and router frozen)."""
+LINEAR_ATTENTION = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
+"""A gated DeltaNet layer's projections (Qwen3.5's ``linear_attn``): ``[q | k | v]``, the output
+gate ``z``, the per-head ``beta`` and decay inputs ``b`` and ``a``, and the output."""
+DEFAULT_LLM_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", *LINEAR_ATTENTION)
+"""The default ``llm_modules``: every projection of the LLM's attention (full and linear) and of
+its dense MLPs, those the family has (``target_modules`` passes over the others): Qwen2-VL,
+Qwen2.5-VL and Qwen3-VL have no linear attention; Qwen3-VL-MoE neither, and its sparse layers
+hold their experts as fused tensors, not linear layers, so its attention alone (experts and router
+frozen); Qwen3.5 all of them, its DeltaNet layers' projections included."""
 _PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
 
 
@@ -70,8 +74,9 @@ class LoRA:
         """Dropout on an adapter's input during training (0: the step is deterministic)."""
         llm_modules: tuple[str, ...] = DEFAULT_LLM_MODULES
         """Linear layers of the language model that get adapters (name suffixes). The default,
-        every attention and MLP projection, takes the MLP's where the LLM has dense MLPs: on
-        Qwen3-VL-MoE, whose experts are fused tensors (no linear layers), the attention's alone,
+        every attention and MLP projection, takes those the LLM has: on Qwen3.5 the DeltaNet
+        layers' too (``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``, ``out_proj``);
+        on Qwen3-VL-MoE, whose experts are fused tensors (no linear layers), the attention's alone,
         and the experts and router stay frozen. A pattern given here must match."""
         tower_modules: tuple[str, ...] = ()
         """Linear layers of the vision tower's blocks that get adapters (``attn.qkv``, ``attn.proj``;
@@ -150,8 +155,8 @@ class LoRA:
                 in_part = [n for n in linear if n.startswith(prefixes)]
                 for pattern in getattr(self, field_name):
                     hits = [n for n in in_part if n == pattern or n.endswith("." + pattern)]
-                    if not hits and field_name == "llm_modules" and self.llm_modules == DEFAULT_LLM_MODULES and pattern in DENSE_MLP:
-                        continue  # the default on an LLM without dense MLPs (Qwen3-VL-MoE): attention only
+                    if not hits and field_name == "llm_modules" and self.llm_modules == DEFAULT_LLM_MODULES:
+                        continue  # the default: the projections this family has
                     if not hits:
                         leaves = sorted({re.sub(r"^.*?\.\d+\.|^(" + "|".join(map(re.escape, prefixes)) + ")", "", n) for n in in_part})
                         raise ConfigError(
@@ -324,10 +329,22 @@ def tp_plan(parent: nn.Module, name: str, style: ColwiseParallel | RowwiseParall
 
 
 class _Replicated(ParallelStyle):
-    """Parameters replicated over the TP mesh; the input is already a (replicated) DTensor."""
+    """Parameters replicated over the TP mesh. The input is a replicated DTensor (a full-attention
+    block's, ``PrepareModuleInput``) or a plain tensor every TP rank holds alike (a DeltaNet block
+    takes its input as a local tensor, ``linear_attention.tp_plan``): that is taken as a replicated
+    DTensor, whose backward sums the TP ranks' partial input gradients, as the base layer's
+    ``ColwiseParallel`` does with the same input."""
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
-        return distribute_module(module, device_mesh)
+        return distribute_module(module, device_mesh, input_fn=_replicated_input)
+
+
+def _replicated_input(module: nn.Module, inputs: tuple, device_mesh) -> tuple:
+    def replicated(x):
+        plain = isinstance(x, torch.Tensor) and not isinstance(x, DTensor)
+        return DTensor.from_local(x, device_mesh, [Replicate()], run_check=False) if plain else x
+
+    return tuple(replicated(x) for x in inputs)
 
 
 def _jsonable(value: object) -> object:

@@ -52,6 +52,11 @@ def test_a_pattern_that_matches_nothing_names_the_field_and_the_layers_there(tin
         # the default llm_modules on an LLM without dense MLPs: its attention; experts and router stay frozen
         ("qwen3_vl_moe", LoRA.Config(rank=2),
          {f"model.language_model.layers.{i}.self_attn.{p}_proj" for i in (0, 1) for p in "qkvo"}),
+        # the default on a hybrid LLM: the DeltaNet layer's projections, the full-attention layer's, both MLPs
+        ("qwen3_5", LoRA.Config(rank=2),
+         {*(f"model.language_model.layers.0.linear_attn.{p}" for p in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")),
+          *(f"model.language_model.layers.1.self_attn.{p}_proj" for p in "qkvo"),
+          *(f"model.language_model.layers.{i}.mlp.{p}_proj" for i in (0, 1) for p in ("gate", "up", "down"))}),
     ],
 )  # fmt: skip
 def test_patterns_select_the_layers_of_their_part_only_and_freeze_the_rest(tmp_path, family, lora, want):
