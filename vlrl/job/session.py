@@ -189,13 +189,17 @@ class JobSession:
         lora: LoRA.Config | None = None,
     ) -> TrainerGroup:
         """A trainer group on ``model_path`` for the RL stage (the run's ``optim``, ``loss``,
-        ``steps`` and ``lora``), or for the warm start with its own in their place."""
+        ``steps`` and ``lora``), or for the warm start with its own in their place; a tiny
+        build's rates scaled by ``tiny.rate_scale`` (its family's)."""
         c = self.config
+        optim = c.optim if optim is None else optim
+        if c.model_path == TINY:
+            optim = replace(optim, lr=optim.lr * c.tiny.lr_scale())
         return c.trainer.build(
             model_path=model_path,
             store_config=c.store,
             layout=c.layout,
-            optim=c.optim if optim is None else optim,
+            optim=optim,
             loss=c.loss if loss is None else loss,
             micro_batches=c.micro_batches,
             steps=c.steps if steps is None else steps,

@@ -294,6 +294,14 @@ class TrainJob:
         config = self.config
         started = time.perf_counter()
         config.preflight()
+        if config.model_path == TINY and config.tiny.lr_scale() != 1:
+            rates = [f"optim.lr {config.optim.lr * config.tiny.lr_scale():g}"]
+            if config.warm_start is not None:
+                rates.insert(0, f"warm_start.lr {config.warm_start.lr * config.tiny.lr_scale():g}")
+            print(
+                f"vlrl train: the tiny {config.tiny.family} build trains at {config.tiny.lr_scale():g}x the rates"
+                f" (tiny.rate_scale): {', '.join(rates)}", file=sys.stderr, flush=True,
+            )  # fmt: skip
         started_ray = config.ray.ensure()
         try:
             with JobSession(config) as session:

@@ -48,6 +48,12 @@ class ModelFamily(ABC):
     routed_experts: ClassVar[bool] = False
     """Whether its LLM has mixture-of-experts layers, whose routing the embedded engine can
     record and the trainer replay (``models.routing``)."""
+    tiny_width: ClassVar[int] = 64
+    """The tiny build's LLM width unless ``tiny.hidden_size`` names one: four heads of 16."""
+    tiny_rate_scale: ClassVar[float] = 1.0
+    """What a run's learning rates are multiplied by while it trains the family's tiny build,
+    unless ``tiny.rate_scale`` names a scale: the example recipes' rates were measured on the
+    tiny Qwen2-VL, and a family that stalls at them says so here."""
 
     def load(self, path: str | Path, *, dtype: torch.dtype = torch.float32) -> nn.Module:
         """The checkpoint folder ``path`` as the family's transformers model."""

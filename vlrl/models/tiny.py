@@ -58,11 +58,18 @@ class TinyModel:
     32; the default stays 16 because the main job learns worse with 32 at the same width
     (half the heads; measured in ``docs/vllm.md``)."""
 
-    hidden_size: Annotated[int, Ge(32)] = 64
+    hidden_size: Annotated[int, Ge(32)] | None = None
     """Width of the language model: a multiple of 2 x ``head_dim`` (at least two heads, so
     tensor parallelism of 2 splits them; half as many KV heads, at least two); the MLP is twice
-    as wide. The capacity a task needs is one of the things a learning curve can be limited by
+    as wide. None: the family's tiny width (64; 128 for ``qwen3_5``, four of its 32-wide heads).
+    The capacity a task needs is one of the things a learning curve can be limited by
     (``docs/lab/training-runs.md``, select-menu)."""
+
+    rate_scale: Annotated[float, Gt(0)] | None = None
+    """What the run's learning rates (``warm_start.lr``, ``optim.lr``) are multiplied by while it
+    trains this tiny build. None: the family's measured scale (1; 0.5 for ``qwen3_5``, whose
+    hybrid build stalls at the example recipes' warm-start rate of 1e-2). The job prints the
+    rates it uses, and ``train/lr`` in the metrics is the rate of each step."""
 
     layers: Annotated[int, Ge(1)] = 2
     """Decoder layers of the language model."""
@@ -84,15 +91,27 @@ class TinyModel:
 
         if self.family not in registered():
             raise ConfigError("family", self.family, f"a registered model family, one of {registered()}")
-        if self.hidden_size % (2 * self.head_dim):
+        if self.width() % (2 * self.head_dim):
             raise ConfigError(
-                "hidden_size", self.hidden_size, f"a multiple of {2 * self.head_dim} (at least two heads of head_dim={self.head_dim})"
+                "hidden_size", self.width(), f"a multiple of {2 * self.head_dim} (at least two heads of head_dim={self.head_dim})"
             )
         if self.vision_hidden_size % 16:
             raise ConfigError("vision_hidden_size", self.vision_hidden_size, "a multiple of 16 (heads of 16 dimensions)")
         wrong = next((w for w in self.words if not (isinstance(w, str) and w.isascii() and w.isalpha())), None)
         if wrong is not None:
             raise ConfigError("words", wrong, "words of ASCII letters only (split names such as 'mail.io' into 'mail', 'io')")
+
+    def width(self) -> int:
+        """``hidden_size``, or the family's tiny width."""
+        from vlrl.models.registry import family
+
+        return self.hidden_size if self.hidden_size is not None else family(self.family).tiny_width
+
+    def lr_scale(self) -> float:
+        """``rate_scale``, or the family's measured scale."""
+        from vlrl.models.registry import family
+
+        return self.rate_scale if self.rate_scale is not None else family(self.family).tiny_rate_scale
 
     def build(self, path: Path) -> Path:
         from vlrl.models.registry import family
@@ -107,7 +126,7 @@ class TinyModel:
             max_pixels=self.max_pixels,
             rope_theta=self.rope_theta,
             head_dim=self.head_dim,
-            hidden_size=self.hidden_size,
+            hidden_size=self.width(),
             layers=self.layers,
             vision_hidden_size=self.vision_hidden_size,
             vision_depth=self.vision_depth,

@@ -25,8 +25,9 @@ def test_the_tiny_build_is_a_hybrid_qwen3_5_that_runs_on_an_image(tmp_path):
     assert type(model) is Qwen3_5ForConditionalGeneration
     text = model.config.text_config
     assert text.layer_types == ["linear_attention"] * 3 + ["full_attention", "full_attention"]
-    assert (text.head_dim, text.num_attention_heads, text.linear_key_head_dim) == (32, 2, 32)
-    assert (text.linear_num_key_heads, text.linear_num_value_heads) == (2, 4)  # two value heads a key head; TP=2 splits both
+    assert text.hidden_size == 128  # the family's tiny width: four heads of 32, as the others have four of 16
+    assert (text.head_dim, text.num_attention_heads, text.linear_key_head_dim) == (32, 4, 32)
+    assert (text.linear_num_key_heads, text.linear_num_value_heads) == (4, 8)  # two value heads a key head; TP=2 splits both
     assert text.rope_parameters["partial_rotary_factor"] == 0.5  # sections of 2/3/3 frequencies rotate 16 of 32 dims
     assert not hasattr(model.config.vision_config, "deepstack_visual_indexes")
     processor = AutoProcessor.from_pretrained(path)
