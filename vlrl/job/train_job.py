@@ -41,7 +41,6 @@ from vlrl.config import ConfigError, Ge, NonEmpty
 from vlrl.control.driver import Driver
 from vlrl.control.group_hook import GroupHook
 from vlrl.control.teacher import TeacherScorer
-from vlrl.job.action_text import FORMATS
 from vlrl.job.demos import DemoEpisode, WarmStart
 from vlrl.job.distill import Teacher
 from vlrl.job.baselines import below_baseline, measure, overall
@@ -51,17 +50,23 @@ from vlrl.job.metrics_log import read_metrics
 from vlrl.job.plots import EPISODES_DIR
 from vlrl.job.progress import Progress
 from vlrl.job.rl_step import rl_step
-from vlrl.job.run_folder import SUMMARY_FILE, BrokenCheckpoint, read_checkpoint_state
+from vlrl.job.run_folder import SUMMARY_FILE
 from vlrl.job.session import JobSession, RunState
 from vlrl.job.tracking import Tracking
-from vlrl.models import ModelFamily, family, family_of
+from vlrl.job.train_refusals import (
+    check_demonstration_formats,
+    check_external_sources,
+    check_routing_replay,
+    check_sampling,
+    check_start_from,
+    check_teacher,
+)
+from vlrl.models import family, family_of
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.pool.tenant import TenantOutcome, lost_writers
-from vlrl.records import SAMPLING_TEMPERATURE, SeqMeta
+from vlrl.records import SeqMeta
 from vlrl.rollout.external import rollout_tenant
 from vlrl.rollout.engine import VLLMEngine
-from vlrl.rollout.engine.sampling import sampled_fields
-from vlrl.rollout.protocol import SamplingParams
 from vlrl.rollout.rollout_side import TINY, RolloutSide
 from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.train.loss import PolicyLoss
@@ -170,7 +175,7 @@ class TrainJob:
                 check_layout(self.layout, policy_family, None if self.model_path == TINY else self.model_path)
             except ConfigError as error:
                 raise error.under("layout") from None
-            self._check_routing_replay(policy_family)
+            check_routing_replay(self, policy_family)
             if self.lora.enabled:
                 check_lora_fits(self.lora, self.layout, self.trainer.encoder)
                 if self.model_path != TINY:  # the tiny model is built later; its trainer checks the patterns
@@ -182,100 +187,11 @@ class TrainJob:
                 self.driver.quotas(self.sources)
             except ConfigError as error:
                 raise error.under("driver") from None
-            self._check_teacher()
-            self._check_sampling()
-            if self.start_from:
-                try:
-                    start = read_checkpoint_state(Path(self.start_from))
-                except BrokenCheckpoint as e:
-                    raise ConfigError(
-                        "start_from", self.start_from, "an intact checkpoint folder, such as runs/NAME/checkpoints/warm-start",
-                        hint=str(e),
-                    ) from None
-                if self.steps <= start["step"]:
-                    raise ConfigError("steps", self.steps, f"more than the step of start_from's checkpoint ({start['step']})")
-            for i, source in enumerate(self.sources):
-                if source.external is None:
-                    continue
-                # vlrl has neither oracle demonstrations nor a random policy of an agent program
-                if self.warm_start is not None:
-                    raise ConfigError("warm_start", "WarmStart(...)", f"None: sources[{i}] is an external agent (no oracle to demonstrate)")
-                if self.eval.chance:
-                    raise ConfigError("eval.chance", True, f"False: sources[{i}] is an external agent (chance is the program's to measure)")
-                limit = self.pool.loop_host.tenant_timeout_s  # past it the host, not the program's limit, would stop the run
-                if source.external.time_limit_s >= limit:
-                    raise ConfigError(
-                        f"sources[{i}].external.time_limit_s", source.external.time_limit_s,
-                        f"less than pool.loop_host.tenant_timeout_s ({limit:g})",
-                    )  # fmt: skip
-            if self.warm_start is not None:
-                for i, source in enumerate(self.sources):
-                    if source.agent.action_format not in FORMATS:
-                        raise ConfigError(
-                            f"sources[{i}].agent.action_format",
-                            source.agent.action_format,
-                            f"a format demonstrations can be written in, one of {FORMATS} (or warm_start=None)",
-                        )
-
-        def _check_sampling(self) -> None:
-            """The trainer scores each token under the distribution that sampled it, from what the
-            engine stored beside the logprobs (``rollout.engine.sampling.sampled_fields``): the
-            engine must report those fields, and sources packed into one micro-batch must carry the
-            same ones (a sequence without a field cannot stand in for one with it)."""
-            stored: tuple[str, ...] | None = None  # sources[0]'s fields
-            for i, source in enumerate(self.sources):
-                agent = source.agent
-                fields = sampled_fields(SamplingParams(temperature=agent.temperature, top_p=agent.top_p))
-                if fields and isinstance(self.engine, VLLMEngine.Config):
-                    setting = "temperature" if SAMPLING_TEMPERATURE in fields else "top_p"
-                    raise ConfigError(
-                        f"sources[{i}].agent.{setting}",
-                        getattr(agent, setting),
-                        f"1 with engine=VLLMEngine: vLLM does not report {list(fields)}, which the trainer"
-                        " needs to score tokens sampled at another temperature or top-p; use the embedded engine",
-                    )
-                stored = fields if stored is None else stored
-                if fields != stored:
-                    setting = "temperature" if (SAMPLING_TEMPERATURE in fields) != (SAMPLING_TEMPERATURE in stored) else "top_p"
-                    raise ConfigError(
-                        f"sources[{i}].agent.{setting}",
-                        getattr(agent, setting),
-                        f"a temperature and top_p that store the fields sources[0]'s do ({list(stored)}; temperature"
-                        " 0 or 1 stores no temperature, top_p 1 no nucleus): sequences packed together must carry"
-                        " the same fields",
-                    )
-
-        def _check_routing_replay(self, policy_family: ModelFamily) -> None:
-            """Replay needs experts to route and an engine that records where they sent each token."""
-            if self.loss.routing_replay == "off":
-                return
-            if not policy_family.routed_experts:
-                raise ConfigError(
-                    "loss.routing_replay", self.loss.routing_replay,
-                    f"'off' for the {policy_family.name} family: its LLM has no mixture-of-experts layers to replay",
-                )  # fmt: skip
-            if isinstance(self.engine, VLLMEngine.Config):
-                raise ConfigError(
-                    "loss.routing_replay", self.loss.routing_replay,
-                    "'off' with engine=VLLMEngine: it records no routed experts (vLLM's enable_return_routed_experts"
-                    " needs its model runner V2 and Triton, which its CPU build lacks); use the embedded engine",
-                )  # fmt: skip
-
-        def _check_teacher(self) -> None:
-            uses = {
-                "advantage.mode": self.advantage.mode == "opd",
-                "loss.opd_coef": self.loss.opd_coef > 0,
-            }
-            if self.teacher is None:
-                for name, used in uses.items():
-                    if used:
-                        raise ConfigError("teacher", None, f"a Teacher checkpoint: {name} needs teacher scores")
-            elif not any(uses.values()):
-                raise ConfigError(
-                    "advantage.mode",
-                    self.advantage.mode,
-                    "'opd' (or loss.opd_coef > 0) when a teacher is given; else teacher=None",
-                )
+            check_teacher(self)
+            check_sampling(self)
+            check_start_from(self)
+            check_external_sources(self)
+            check_demonstration_formats(self)
 
         def build(self) -> TrainJob:
             return TrainJob(self)
