@@ -52,3 +52,12 @@ def test_the_base_recipe_gives_each_codebase_an_env_pool_and_validates():
     assert config.pool.budget.shares == {"loop": 1.0, "desktop": 2.0, "browser": 2.0}
     assert config.pool.budget.sizes() == {"loop": 1, "desktop": 2, "browser": 2}
     assert validate(config).run_dir == "runs/x"
+
+
+def test_the_base_recipe_trains_multi_turn_sources_at_a_tenth_of_the_one_turn_rate():
+    """Multi-turn tasks unlearn at the one-turn rate (docs/training.md): a source of more than one
+    turn sets the RL stage's rate to 1e-4, whichever source it is."""
+    one, two = DataSource(name="a", codebase="desktop"), DataSource(name="b", codebase="desktop")
+    one.agent.max_turns, two.agent.max_turns = 1, 2
+    assert recipes.base_recipe([one]).optim.lr == 1e-3
+    assert recipes.base_recipe([one, two]).optim.lr == recipes.base_recipe([two]).optim.lr == 1e-4
