@@ -1,6 +1,6 @@
 """Train a GUI agent on a two-turn desktop task: open the named menu, choose the named item.
 
-    vlrl train examples/train_select_menu.py               # GRPO; the warm start alone reaches 0.255
+    vlrl train examples/train_select_menu.py               # GRPO at 1e-4: 0.23 after the warm start, 0.265 after RL
     vlrl train examples/train_select_menu.py:step_credit   # the same run with step-level credit
     vlrl train examples/train_select_menu.py:replay        # the same run with replay of hard tasks
     vlrl train examples/train_select_menu.py:long_warm_start  # 4096 demonstrations, 1000 steps: 0.44 after it
@@ -11,8 +11,11 @@ holds two menus of three to five items each; the goal names a menu and one of it
 reward is 1 only if that item was chosen. The oracle solves it in two turns (click the menu,
 click the item); the policy gets one spare turn. A warm start on the oracle's demonstrations,
 then GRPO on groups of 8, as the main job (``train_click.py``), except that the goal is restated
-in every turn (``goal_every_turn``) and the warm start's rate decays along a cosine: measured at
-the same budget, 0.255 held-out after the warm start where the main job's settings gave 0.15.
+in every turn (``goal_every_turn``), the warm start's rate decays along a cosine (measured at
+the same budget: 0.23-0.255 held-out after the warm start where the main job's settings gave
+0.15), and RL runs at 1e-4, ``base_recipe``'s rate for multi-turn sources: from one warm start
+(0.23), 50 GRPO steps at the main job's 1e-3 ended at 0.185, at 1e-4 at 0.265 (0.285 after
+100; ``docs/lab/training-runs.md``).
 
 ``step_credit`` adds step-level credit (``advantage.step_credit``): a group's episodes start on one
 screen, and those that opened the same menu see the same second screen, so their item choices
@@ -49,8 +52,8 @@ def menu_source() -> DataSource:
 
 
 def recipe() -> TrainJob.Config:
-    """The main job's settings on select-menu (warm start on 512 demonstrations, 50 GRPO steps),
-    the warm start's rate decaying to a tenth."""
+    """The main job's settings on select-menu (warm start on 512 demonstrations, 50 GRPO steps at
+    ``base_recipe``'s multi-turn rate of 1e-4), the warm start's rate decaying to a tenth."""
     config = base_recipe([menu_source()], run_dir="runs/train_select_menu")
     config.warm_start.schedule = "cosine"
     return config
@@ -76,8 +79,9 @@ def replay() -> TrainJob.Config:
 def long_warm_start() -> TrainJob.Config:
     """``recipe`` with a warm start on 8x the demonstrations and 4x the steps. Measured: 0.44
     held-out after the warm start (24 min; 0.42 with the main job's settings, whose 50 GRPO steps then
-    gave 0.38, 0.375, 0.375, 0.40, 0.37, within noise of it). At lr 1e-4 (``--set
-    optim.lr=1e-4 --set steps=100``) GRPO went from 0.45 to 0.415, step-level credit to 0.46."""
+    gave 0.38, 0.375, 0.375, 0.40, 0.37, within noise of it, at the RL rate of 1e-3 it had then).
+    At 1e-4, the rate it has now, 100 GRPO steps went from 0.45 to 0.415, step-level credit to
+    0.46: RL holds this warm start but does not add the reading it lacks."""
     config = recipe()
     config.run_dir = "runs/train_select_menu_long_warm_start"
     config.warm_start.episodes, config.warm_start.steps = 4096, 1000
