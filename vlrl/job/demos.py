@@ -122,7 +122,7 @@ class DemoEpisode:
                 reply, parsed = demo_reply(action, agent.action_format, screen, grid=self.point_grid)
             except ValueError as error:  # UnwritableAction or ParseError
                 return Stop(f"{action.kind} not writable: {error}"[:120])
-            screen_image = await ctx.to_thread(screens.add, obs.screenshot)
+            screen_image = await ctx.to_thread(screens.add, obs.screenshot, env.content_hash(obs.screenshot))
             turns.append(ChatTurn(note, (screen_image.width, screen_image.height)))
             shown, images = await ctx.to_thread(screens.shown)
             context = await ctx.to_thread(chat.context, turns, shown)

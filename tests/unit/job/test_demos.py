@@ -10,7 +10,7 @@ import pytest
 from harnesses.desktop import DesktopHarness
 from vlrl.config import AgentBehaviour, DataSource, EnvSettings
 from vlrl.job.demos import DemoEpisode
-from vlrl.mm import patch_rule_of
+from vlrl.mm import content_hash, patch_rule_of
 from vlrl.mm.image_rows import read_images
 from vlrl.records import ADVANTAGES
 from vlrl.rollout.agent_loop import LoopRuntime
@@ -19,16 +19,29 @@ from vlrl.store import LocalStore
 
 
 class _Env:
-    """The env session a tenant gets, over a local harness."""
+    """The env session a tenant gets, over a local harness. Like ``EnvSession``, it names the
+    last screen it returned (the env host hashed it) and counts the names it gave."""
 
     def __init__(self, harness) -> None:
         self.harness = harness
+        self.named = 0
+        self._last = None
 
     async def reset(self, *, seed=None, options=None):
-        return self.harness.reset(seed=seed, options=options)
+        obs, info = self.harness.reset(seed=seed, options=options)
+        self._last = obs.screenshot
+        return obs, info
 
     async def step(self, action):
-        return self.harness.step(action)
+        result = self.harness.step(action)
+        self._last = result[0].screenshot
+        return result
+
+    def content_hash(self, screenshot):
+        if screenshot is not self._last:
+            return None
+        self.named += 1
+        return content_hash(screenshot)
 
     async def oracle(self):
         return self.harness.oracle()
@@ -43,7 +56,8 @@ class _Context:
         return fn(*args)
 
     async def open_env(self):
-        return _Env(self.harness)
+        self.env = _Env(self.harness)
+        return self.env
 
 
 def _source(tasks, max_turns=4, **env) -> DataSource:
@@ -93,6 +107,14 @@ def test_multi_turn_demonstrations_carry_every_turn(runtime):
     (meta,) = result.metas
     assert meta.success and meta.turns >= 2
     assert len(meta.context_lengths) == meta.turns and len(meta.image_offsets) == meta.turns
+
+
+def test_every_demonstrated_screen_takes_the_name_its_env_session_gave_it(runtime):
+    source = _source(["type-field"], max_turns=6)
+    ctx = _Context(runtime, DesktopHarness(**source.env.as_kwargs()))
+    result = asyncio.run(DemoEpisode(source, seed=5, point_grid=1).run(ctx))
+    (meta,) = result.metas
+    assert ctx.env.named == meta.turns >= 2  # one name asked a turn: the screen is not hashed again
 
 
 def test_an_episode_the_written_replies_do_not_solve_is_dropped(runtime):
