@@ -38,7 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from vlrl.store.errors import DuplicateWriteError, PayloadTypeError, StoreError
+from vlrl.store.errors import PayloadTypeError, StoreError
 from vlrl.store.fields import FieldSpec, as_payload_array, check_range, spec_for
 from vlrl.store.index import HELD, NewKey, StoreStats
 
@@ -95,11 +95,6 @@ class RangeRead:
     handles: Any
     start: int
     stop: int
-
-
-SHARED_WRITE_ATTEMPTS = 3
-"""Times ``put_shared`` shares or writes a key that other writers keep putting and releasing
-between its two calls, before it gives up with ``DuplicateWriteError``."""
 
 
 class IndexedStore(ABC):
@@ -182,27 +177,20 @@ class IndexedStore(ABC):
     ) -> bool:
         """Write ``key`` if absent, else take one more reference to it, for ``holder``; True when
         this call wrote it. Every call is matched by one ``release`` of ``(key, holder)``. Only
-        absent keys send their bytes. ``held_for``: the reference is that key's own (it holds
-        this one through ``holds``). ``holds``: keys the new key holds one reference to each,
-        already taken for it under the holder name ``holds_as``; released when ``key`` goes (not
-        taken over when ``key`` was there already: the caller then drops them)."""
+        absent keys send their bytes; one another writer puts meanwhile is shared all the same
+        (decided where it is claimed, ``KeyIndex.reserve``). ``held_for``: the reference is that
+        key's own (it holds this one through ``holds``). ``holds``: keys the new key holds one
+        reference to each, already taken for it under the holder name ``holds_as``; released when
+        ``key`` goes (not taken over when ``key`` was there already: the caller then drops them)."""
         (key, holder) = _check_keys([key, holder])
         holds = tuple(_check_keys(list(holds)))
         if holds and not (isinstance(holds_as, str) and holds_as):
             raise StoreError(
                 f"store key {key!r}: holds needs holds_as, the holder name its references were taken under"
             )
-        attempts = SHARED_WRITE_ATTEMPTS
-        while True:
-            if self._index("share", [key], holder, writer, held_for)[0]:
-                return False
-            try:
-                self._write(key, fields, new_key=True, refs=NewKey(holder, writer, held_for, holds, holds_as))
-                return True
-            except DuplicateWriteError:  # another writer put it between share and put (and may have released it since)
-                attempts -= 1
-                if not attempts:
-                    raise
+        if self._index("share", [key], holder, writer, held_for)[0]:
+            return False
+        return self._write(key, fields, new_key=True, refs=NewKey(holder, writer, held_for, holds, holds_as))
 
     def share(
         self, keys: Sequence[str], holder: str, *, writer: str | None = None, held_for: str | None = None
@@ -276,14 +264,17 @@ class IndexedStore(ABC):
             keys = [key for (key, _), row in zip(held, released) if row is not None]
             rows = [row for row in released if row is not None]
 
-    def _write(self, key: str, fields: Mapping[str, Any], *, new_key: bool, refs: NewKey | None = None) -> None:
+    def _write(self, key: str, fields: Mapping[str, Any], *, new_key: bool, refs: NewKey | None = None) -> bool:
+        """Write ``fields``; False when a shared key existed and was shared instead (``KeyIndex.reserve``)."""
         (key,) = _check_keys([key])
         if not isinstance(fields, Mapping) or not fields:
             raise PayloadTypeError(f"store key {key!r}: fields must be a non-empty mapping of name -> array")
         arrays = {name: as_payload_array(key, name, value) for name, value in fields.items()}
         specs = {name: spec_for(array, self._chunk_rows) for name, array in arrays.items()}
-        self._store_fields(key, arrays, specs, new_key=new_key, refs=refs)
+        if not self._store_fields(key, arrays, specs, new_key=new_key, refs=refs):
+            return False
         self._count(written=sum(a.nbytes for a in arrays.values()))
+        return True
 
     def _store_fields(
         self,
@@ -293,15 +284,18 @@ class IndexedStore(ABC):
         *,
         new_key: bool,
         refs: NewKey | None,
-    ) -> None:
-        """Reserve the names, write the data, commit; a failed write releases the names."""
-        self._index("reserve", key, specs, new_key=new_key, refs=refs)
+    ) -> bool:
+        """Reserve the names, write the data, commit; a failed write releases the names. False: the
+        shared key existed, and got a reference instead (nothing written)."""
+        if not self._index("reserve", key, specs, new_key=new_key, refs=refs):
+            return False
         try:
             handles = self._write_fields(key, arrays, specs)
         except BaseException:
             self._index("abort", key, list(specs))
             raise
         self._index("commit", key, handles)
+        return True
 
     def _count(self, *, read: int = 0, written: int = 0) -> None:
         with self._io_lock:

@@ -95,10 +95,16 @@ class KeyIndex:
         self._bytes = 0
         self.successor = successor
 
-    def reserve(self, key: str, specs: dict[str, FieldSpec], *, new_key: bool, refs: NewKey | None = None) -> None:
-        """Claim ``specs`` under ``key``; ``new_key`` distinguishes ``put`` from ``add_fields``, and
-        ``refs`` says how a new key is held (by itself, when None)."""
+    def reserve(self, key: str, specs: dict[str, FieldSpec], *, new_key: bool, refs: NewKey | None = None) -> bool:
+        """Claim ``specs`` under ``key``: True. ``new_key`` distinguishes ``put`` from ``add_fields``,
+        and ``refs`` says how a new key is held (by itself, when None). A shared key (``refs`` names
+        a holder) that exists already gets that holder's reference instead, as ``share`` gives it:
+        False, nothing claimed. Deciding here, in the call that claims, leaves no gap between
+        finding a key absent and writing it for other writers to put (and drop) it in."""
         row = self._rows.get(key)
+        if new_key and row is not None and refs is not None and refs.holder is not None:
+            self.share([key], refs.holder, refs.writer, refs.held_for)
+            return False
         if new_key and row is not None:
             raise DuplicateWriteError(
                 f"store key {key!r} was already written (fields {sorted(row)}); payloads are written once, "
@@ -126,6 +132,7 @@ class KeyIndex:
             if refs.holds:
                 self._holds[key] = tuple(refs.holds)
                 self._holds_as[key] = refs.holds_as
+        return True
 
     def commit(self, key: str, handles: dict[str, Any]) -> None:
         row = self._rows[key]

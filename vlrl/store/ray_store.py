@@ -86,9 +86,9 @@ class RayStore(IndexedStore):
         *,
         new_key: bool,
         refs: NewKey | None,
-    ) -> None:
+    ) -> bool:
         chunks = {name: split_chunks(array, specs[name]) for name, array in arrays.items()}
-        self._shards.write(key, specs, chunks, new_key, refs)
+        return self._shards.write(key, specs, chunks, new_key, refs)
 
     def _read_ranges(self, reads: list[RangeRead]) -> list[np.ndarray]:
         wanted = [read.spec.chunks_overlapping(read.start, read.stop) for read in reads]

@@ -95,11 +95,13 @@ class StoreShard:
     def write(
         self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, refs: NewKey | None
     ) -> tuple[bool, Any]:
-        """Reserve, ``ray.put`` every chunk (so this actor owns it), then commit. A chunk of at most
-        ``INLINE_BYTES`` stays in the index itself: a read gets it with the lookup, no object fetch."""
-        ok, error = self.call("reserve", (key, specs), {"new_key": new_key, "refs": refs})
-        if not ok:
-            return ok, error
+        """Reserve, ``ray.put`` every chunk (so this actor owns it), then commit; the answer is
+        ``KeyIndex.reserve``'s (False: a shared key that existed got a reference, nothing is put). A
+        chunk of at most ``INLINE_BYTES`` stays in the index itself: a read gets it with the
+        lookup, no object fetch."""
+        ok, reserved = self.call("reserve", (key, specs), {"new_key": new_key, "refs": refs})
+        if not (ok and reserved):
+            return ok, reserved
         try:
             refs = {
                 name: [chunk if chunk.nbytes <= INLINE_BYTES else ray.put(chunk) for chunk in parts]
@@ -108,7 +110,8 @@ class StoreShard:
         except BaseException:
             self.call("abort", (key, list(specs)), {})
             raise
-        return self.call("commit", (key, refs), {})
+        ok, error = self.call("commit", (key, refs), {})
+        return (True, True) if ok else (ok, error)
 
 
 class ShardedIndex:
@@ -145,11 +148,13 @@ class ShardedIndex:
 
     def write(
         self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, refs: NewKey | None
-    ) -> None:
+    ) -> bool:
+        """``StoreShard.write`` on the key's shard: False when a shared key existed and was shared."""
         position = self.position(key)
         ok, value = self.get(self._shards[position].write.remote(key, specs, chunks, new_key, refs), position)
         if not ok:
             raise value
+        return value
 
     def kill(self) -> None:
         for shard in self._shards:

@@ -29,6 +29,7 @@ from tests.unit.store.test_contract import (  # noqa: F401  (the contract's test
     test_a_deleted_key_can_be_written_anew,
     test_schema_reads_no_payload,
     test_a_shared_key_lives_until_its_last_holder_releases_it,
+    test_a_shared_key_other_writers_put_and_release_between_share_and_write_is_shared,
     test_a_reference_listed_twice_in_one_release_drops_two,
     test_releasing_more_than_a_holder_holds_is_refused_and_changes_nothing,
     test_a_release_that_is_not_key_holder_pairs_is_refused,

@@ -231,21 +231,28 @@ def test_a_shared_key_lives_until_its_last_holder_releases_it(store):
     assert store.contains(["k0"]) == [False] and store.stats().keys == 0
 
 
-def test_a_shared_key_another_writer_puts_and_releases_between_share_and_write_is_written(monkeypatch):
-    store = LocalStore()
-    real = store._write
+def test_a_shared_key_other_writers_put_and_release_between_share_and_write_is_shared(store, monkeypatch):
+    # A group's trajectories put one tile pack at once: each time this writer finds "k" absent,
+    # another writer puts it before this one's write and lets it go right after. Deciding "write
+    # or share" in two calls failed here whatever the retries; the write itself now shares.
+    real = store._store_fields
+    others = iter(f"other-{i}" for i in range(10))
 
-    def racing(key, fields, **kwargs):  # the other writer puts "k" after this one found it absent...
-        monkeypatch.setattr(store, "_write", real)
-        store.put_shared(key, _row(4, seed=9), holder="other")
+    def racing(key, *args, **kwargs):
+        if key != "k" or store._store_fields is not racing:
+            return real(key, *args, **kwargs)
+        other = next(others)
+        monkeypatch.setattr(store, "_store_fields", real)
+        store.put_shared(key, _row(4, seed=9), holder=other)
+        monkeypatch.setattr(store, "_store_fields", racing)
         try:
-            return real(key, fields, **kwargs)
-        finally:  # ...and lets it go before this one looks again
-            store.release([(key, "other")])
+            return real(key, *args, **kwargs)
+        finally:
+            store.release([(key, other)])
 
-    monkeypatch.setattr(store, "_write", racing)
-    assert store.put_shared("k", _row(4), holder="mine") is True
-    _same(store.get(["k"])["k"]["token_ids"], _row(4)["token_ids"])
+    monkeypatch.setattr(store, "_store_fields", racing)
+    assert store.put_shared("k", _row(4), holder="mine") is False  # a reference to the other's write
+    _same(store.get(["k"])["k"]["token_ids"], _row(4, seed=9)["token_ids"])
     assert store.release([("k", "mine")]) == ["k"] and store.stats().keys == 0
 
 
