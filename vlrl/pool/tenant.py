@@ -63,7 +63,8 @@ class EnvSession:
     """A tenant's harness instance on an env host: every call is one Ray call to that host. An
     action the harness refuses comes back as its ``ActionError`` (an invalid action, for the
     agent); any other error of the call as an ``EnvCallError`` naming codebase, call and cause.
-    Screens shipped as tiles are assembled here, on the host's threads (``pool.screens``)."""
+    Screens shipped as tiles are assembled here: a small one on the event loop, a large one on the
+    host's threads (``pool.screens``)."""
 
     def __init__(self, assignment: EnvAssignment, instance_id: str, run_blocking: Callable[..., Any]) -> None:
         self._host = assignment.host
@@ -92,12 +93,17 @@ class EnvSession:
     async def _observation(self, obs: Observation | ShippedObservation) -> Observation:
         if isinstance(obs, Observation):
             return obs
-        assembled = await self._run_blocking(obs.observation, self._screens)
+        assembled = await self._assemble(obs)
         if assembled is None:  # the receiver dropped tiles this screen needs: get it whole
             obs = await _call(self._host, self._codebase, "resend", self.instance_id)
-            assembled = await self._run_blocking(obs.observation, self._screens)
+            assembled = await self._assemble(obs)
         self._named = (assembled.screenshot, obs.screen.key)
         return assembled
+
+    async def _assemble(self, obs: ShippedObservation) -> Observation | None:
+        if obs.inline:
+            return obs.observation(self._screens)
+        return await self._run_blocking(obs.observation, self._screens)
 
     async def oracle(self) -> Action | None:
         return await _call(self._host, self._codebase, "oracle", self.instance_id)
