@@ -1,15 +1,23 @@
 """Train an agent program of your own, unchanged: vlrl starts it per episode and traces its
 OpenAI chat requests token for token (docs/train-your-agent.md).
 
-    vlrl train examples/train_own_agent.py          # 20 RL steps on examples/agents/click_agent.py
-    vlrl train examples/train_own_agent.py:small    # a 2-step smoke run (CI)
+    vlrl train examples/train_own_agent.py:warm_start   # a policy that writes click(x, y) (no RL)
+    vlrl train examples/train_own_agent.py --set start_from=runs/own_agent_warm_start/checkpoints/warm-start
+    vlrl train examples/train_own_agent.py:small        # a 2-step smoke run from the untrained policy (CI)
+    vlrl train examples/train_own_agent.py:agentlab     # one RL step on AgentLab's GenericAgent (own venv)
 
 The program, ``examples/agents/click_agent.py``, imports only ``openai`` and the standard
 library and plays its own click task (it owns its environment, so the run has no env pool).
 Each episode it gets ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` for an endpoint bound to that
 trajectory and ``VLRL_SEED`` for the task; it prints its reward last. Groups are 8 runs of one
-seed, as for any source. The policy is the untrained tiny Qwen2-VL, so this run shows the
-plumbing, not learning: without a warm start it rarely writes a parseable ``click(x, y)``.
+seed, as for any source.
+
+RL learns only from groups where some runs succeed, and the untrained tiny Qwen2-VL never writes
+a parseable ``click(x, y)``. vlrl has no oracle for a program it does not know, so it cannot
+warm start on the program itself; the run starts instead from a checkpoint that already writes
+the program's action format: ``warm_start``, vlrl's own warm start on a similar harness task in
+that format. ``examples/agents/click_baselines.py`` measures chance and the best constant point
+on the held-out seeds.
 """
 
 import sys
@@ -20,6 +28,7 @@ from vlrl.recipes import (
     DataSource,
     Driver,
     EmbeddedEngine,
+    EnvSettings,
     Evaluation,
     ExternalAgent,
     GroupHook,
@@ -31,9 +40,11 @@ from vlrl.recipes import (
     TinyModel,
     TrainerGroup,
     TrainJob,
+    base_recipe,
 )
 
 AGENT = Path(__file__).resolve().parent / "agents" / "click_agent.py"
+AGENTLAB = Path(__file__).resolve().parent / "agents" / "agentlab_miniwob.py"
 
 
 def own_agent_source(**overrides) -> DataSource:
@@ -63,7 +74,7 @@ def recipe() -> TrainJob.Config:
         trainer=TrainerGroup.Config(cpus_per_worker=1),
         warm_start=None,  # no oracle exists for a program vlrl does not know
         steps=20,
-        eval=Evaluation(episodes=32, every=10, chance=False, screenshots=0),
+        eval=Evaluation(episodes=64, every=10, chance=False, screenshots=0),
         checkpoint_every=10,
     )
 
@@ -78,5 +89,51 @@ def small() -> TrainJob.Config:
     config.advantage.drop_zero_advantage = False
     config.steps = 2
     config.eval = Evaluation(episodes=2, every=0, chance=False, screenshots=0)
+    config.checkpoint_every = 0
+    return config
+
+
+def warm_start() -> TrainJob.Config:
+    """A policy that writes the agent's action format: the main job's warm start (512 oracle
+    demonstrations, 250 steps) on vlrl's desktop click-target, with replies in the ``pyautogui``
+    format, whose ``pyautogui.click(x, y)`` the agent's ``click(x, y)`` pattern reads. No RL steps:
+    ``recipe`` trains the agent from its checkpoint (``--set start_from=RUN/checkpoints/warm-start``)."""
+    source = DataSource(
+        name="desktop-click",
+        codebase="desktop",
+        agent=AgentBehaviour(max_turns=1, max_tokens=24, temperature=1.0, prompt_template="gui-agent-short", action_format="pyautogui"),
+        env=EnvSettings(width=160, height=120, tasks=["click-target"], params={"distractors": 0}),
+        group_size=8,
+    )  # fmt: skip
+    config = base_recipe([source], run_dir="runs/own_agent_warm_start")
+    config.warm_start.continue_below_baseline = True  # no RL follows here; the agent's run judges it
+    config.steps = 0
+    config.eval = Evaluation(episodes=64, every=0, screenshots=0)
+    return config
+
+
+def agentlab() -> TrainJob.Config:
+    """One RL step on the traces of AgentLab's GenericAgent playing MiniWoB++ click-test: a group
+    of 2 runs, each one environment step of at most 2 requests (AgentLab asks again when a reply
+    does not parse) of 32 tokens, held-out on 1 episode. ``python`` is the one first on PATH: put
+    the environment AgentLab is installed in there, and MINIWOB_URL and AGENTLAB_MODEL in the
+    environment (docs/train-your-agent.md gives the command)."""
+    config = recipe()
+    config.run_dir = "runs/train_own_agent_agentlab"
+    config.sources = [
+        DataSource(
+            name="agentlab-miniwob",
+            external=ExternalAgent(command=["python", str(AGENTLAB), "--seed", "{seed}"], time_limit_s=1500),
+            agent=AgentBehaviour(max_turns=2, max_tokens=32, temperature=1.0),
+            group_size=2,
+        )
+    ]
+    config.pool.loop_host.tenant_timeout_s = 1800  # above the program's limit: browsers start slowly on a loaded host
+    config.driver.groups_per_batch = 1
+    config.advantage.sampler.include_min = True  # the tiny policy fails click-test: keep the group
+    config.advantage.drop_zero_advantage = False
+    config.micro_batches.max_tokens_per_micro_batch = 8192  # a MiniWoB++ prompt is about 3,300 tokens
+    config.steps = 1
+    config.eval = Evaluation(episodes=1, every=0, chance=False, screenshots=0)
     config.checkpoint_every = 0
     return config
