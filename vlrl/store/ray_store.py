@@ -88,7 +88,9 @@ class RayStore(IndexedStore):
         refs: NewKey | None,
     ) -> bool:
         chunks = {name: split_chunks(array, specs[name]) for name, array in arrays.items()}
-        return self._shards.write(key, specs, chunks, new_key, refs)
+        wrote, dropped = self._shards.write(key, specs, chunks, new_key, refs)
+        self._maybe_free(key, dropped)
+        return wrote
 
     def _read_ranges(self, reads: list[RangeRead]) -> list[np.ndarray]:
         wanted = [read.spec.chunks_overlapping(read.start, read.stop) for read in reads]
