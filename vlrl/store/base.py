@@ -11,10 +11,8 @@ A payload is a set of named fields (arrays) under a key. The contract:
   images, held by the sequences that name them): the first call writes it, each later one takes
   one more reference for its holder instead; ``release([(key, holder), ...])`` drops one of that
   holder's references per pair and deletes a key with its last. A holder can only drop what it
-  holds, and ``holds(refs)`` says whether references are still held. A key another writer is
-  still writing is held and released as a written one; it goes with its last holder once that
-  write ends. ``put`` makes a key held by itself, so ``release([(key, key)])`` ends it as
-  ``delete`` would.
+  holds, and ``holds(refs)`` says whether references are still held. ``put`` makes a key held
+  by itself, so ``release([(key, key)])`` ends it as ``delete`` would.
 - ``put`` and ``put_shared`` may name their ``writer``; ``take_back(writers)`` deletes what those
   writers put and drops the references they took, for a writer that died before undoing them.
 - A key may hold others (an image its tile packs): ``put_shared(key, ..., holds=children,
@@ -288,22 +286,16 @@ class IndexedStore(ABC):
         refs: NewKey | None,
     ) -> bool:
         """Reserve the names, write the data, commit; a failed write releases the names. False: the
-        shared key existed, and got a reference instead (nothing written). A key whose last holder
-        went meanwhile goes as the write ends (``KeyIndex.commit``): freed here."""
+        shared key existed, and got a reference instead (nothing written)."""
         if not self._index("reserve", key, specs, new_key=new_key, refs=refs):
             return False
         try:
             handles = self._write_fields(key, arrays, specs)
         except BaseException:
-            self._maybe_free(key, self._index("abort", key, list(specs)))
+            self._index("abort", key, list(specs))
             raise
-        self._maybe_free(key, self._index("commit", key, handles))
+        self._index("commit", key, handles)
         return True
-
-    def _maybe_free(self, key: str, dropped: dict[str, Any] | None) -> None:
-        """``_dropped`` of ``key`` when the index deleted it as its write ended (None: it stays)."""
-        if dropped is not None:
-            self._dropped([dropped], [key])
 
     def _count(self, *, read: int = 0, written: int = 0) -> None:
         with self._io_lock:

@@ -66,11 +66,7 @@ class KeyIndex:
     ``release`` of ``(key, holder)`` drops one of that holder's references; the last reference
     deletes the key. Keeping holders here, in the one place a key's writes are decided, makes a
     shared key live exactly as long as its last holder, whatever the interleaving of writers and
-    releasers, and a holder can never drop a reference it does not hold. A key being written is
-    held as a written one (``share`` gives references to it, ``holds`` counts them, ``release``
-    drops them), but one whose last reference goes while a write to it is in flight goes when
-    that write ends (``commit`` or ``abort``): its claim stays until then, so the write never
-    lands in the key written anew.
+    releasers, and a holder can never drop a reference it does not hold.
 
     A write may name its ``writer`` (a tenant's run): ``take_back(writers)`` then deletes the keys
     each writer put and drops the references it took, for a writer whose process died before it
@@ -138,19 +134,15 @@ class KeyIndex:
                 self._holds_as[key] = refs.holds_as
         return True
 
-    def commit(self, key: str, handles: dict[str, Any]) -> dict[str, tuple[FieldSpec, Any]] | None:
-        """End a write: its fields are readable. A key whose last holder went meanwhile goes now;
-        its stored fields are returned for the backend to free (None: it stays)."""
+    def commit(self, key: str, handles: dict[str, Any]) -> None:
         row = self._rows[key]
         for name, handle in handles.items():
             entry = row[name]
             entry.handles, entry.committed = handle, True
             self._bytes += entry.spec.nbytes
-        return self._drop_if_unheld(key)
 
-    def abort(self, key: str, names: list[str]) -> dict[str, tuple[FieldSpec, Any]] | None:
-        """Release a reservation whose data write failed; as ``commit``, a key whose last holder
-        went meanwhile goes now, its stored fields returned."""
+    def abort(self, key: str, names: list[str]) -> None:
+        """Release a reservation whose data write failed."""
         row = self._rows.get(key, {})
         for name in names:
             if name in row and not row[name].committed:
@@ -158,7 +150,6 @@ class KeyIndex:
         if key in self._rows and not row:
             del self._rows[key]
             self._forget(key)
-        return self._drop_if_unheld(key)
 
     def lookup(self, keys: list[str], fields: list[str] | None) -> list[dict[str, tuple[FieldSpec, Any]]]:
         """Specs and handles of the named fields (all committed fields when ``fields`` is None)."""
@@ -182,7 +173,7 @@ class KeyIndex:
         """Forget ``keys`` whatever their holders; returns what was stored so the backend can free it."""
         if not missing_ok:
             self.check_deletable(keys)
-        return [self._delete(key) for key in keys]
+        return [self._drop(key) for key in keys]
 
     def check_deletable(self, keys: list[str]) -> None:
         """Raise unless every key is written: ``KeyMissingError``, or ``ShardLostError`` on a successor."""
@@ -216,7 +207,7 @@ class KeyIndex:
         out = [(key, row) for (key, _), row in zip(refs, self._release(refs)) if row is not None]
         wanted = set(writers)
         keys = [key for key, writer in self._writer_of.items() if writer in wanted]
-        return out + [(key, self._delete(key)) for key in keys]
+        return out + [(key, self._drop(key)) for key in keys]
 
     def held_for_refs(self, writers: list[str]) -> list[tuple[str, str, str]]:
         """``(key, holder, held_for)`` of the references ``writers`` took for a key: each is to be
@@ -252,8 +243,8 @@ class KeyIndex:
         ]
 
     def holds(self, refs: list[tuple[str, str]]) -> list[bool]:
-        """Whether each ``(key, holder)`` reference is held (its key written or being written)."""
-        return [self._holders.get(k, Counter())[h] > 0 for k, h in refs]
+        """Whether each ``(key, holder)`` reference is held (its key written)."""
+        return [self._holders.get(k, Counter())[h] > 0 and self.contains([k])[0] for k, h in refs]
 
     def release(self, refs: list[tuple[str, str]]) -> list[dict[str, tuple[FieldSpec, Any]] | None]:
         """Drop one reference per ``(key, holder)`` (two for a pair listed twice); a key whose last
@@ -294,28 +285,8 @@ class KeyIndex:
                     del writers[writer]
                 if not writers:
                     del self._ref_writers[(key, holder)]
-            out.append(self._drop_if_unheld(key))
+            out.append(None if holders else self._drop(key))
         return out
-
-    def _writing(self, key: str) -> bool:
-        """Whether a write to ``key`` is in flight (a field reserved, not yet committed)."""
-        return any(not e.committed for e in self._rows.get(key, {}).values())
-
-    def _drop_if_unheld(self, key: str) -> dict[str, tuple[FieldSpec, Any]] | None:
-        """``_drop`` a key whose last reference went, unless a write to it is in flight: then its
-        ``commit`` or ``abort`` does. None: the key stays (for now)."""
-        if key in self._rows and not self._holders.get(key) and not self._writing(key):
-            return self._drop(key)
-        return None
-
-    def _delete(self, key: str) -> dict[str, tuple[FieldSpec, Any]]:
-        """Forget ``key`` whatever its holders: now, or when the write in flight to it ends."""
-        if not self._writing(key):
-            return self._drop(key)
-        self._forget_holders(key)
-        self._holders[key] = Counter()
-        self._writer_of.pop(key, None)
-        return {}
 
     def _drop(self, key: str) -> dict[str, tuple[FieldSpec, Any]]:
         row = self._rows.pop(key, {})
@@ -329,15 +300,12 @@ class KeyIndex:
 
     def _forget(self, key: str) -> None:
         """Drop the holders and writer records of a key that is gone."""
-        self._forget_holders(key)
-        self._writer_of.pop(key, None)
-        self._holds.pop(key, None)
-        self._holds_as.pop(key, None)
-
-    def _forget_holders(self, key: str) -> None:
         for holder in self._holders.pop(key, {}):
             self._ref_writers.pop((key, holder), None)
             self._held_for.pop((key, holder), None)
+        self._writer_of.pop(key, None)
+        self._holds.pop(key, None)
+        self._holds_as.pop(key, None)
 
     def stats(self) -> StoreStats:
         return StoreStats(keys=sum(self.contains(list(self._rows))), bytes=self._bytes)

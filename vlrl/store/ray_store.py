@@ -88,9 +88,7 @@ class RayStore(IndexedStore):
         refs: NewKey | None,
     ) -> bool:
         chunks = {name: split_chunks(array, specs[name]) for name, array in arrays.items()}
-        wrote, dropped = self._shards.write(key, specs, chunks, new_key, refs)
-        self._maybe_free(key, dropped)
-        return wrote
+        return self._shards.write(key, specs, chunks, new_key, refs)
 
     def _read_ranges(self, reads: list[RangeRead]) -> list[np.ndarray]:
         wanted = [read.spec.chunks_overlapping(read.start, read.stop) for read in reads]

@@ -96,15 +96,12 @@ class StoreShard:
         self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, refs: NewKey | None
     ) -> tuple[bool, Any]:
         """Reserve, ``ray.put`` every chunk (so this actor owns it), then commit; the answer is
-        ``KeyIndex.reserve``'s (False: a shared key that existed got a reference, nothing is put)
-        with ``KeyIndex.commit``'s (the key's row when its last holder went meanwhile, for the
-        writer to drop what it held). A chunk of at most ``INLINE_BYTES`` stays in the index
-        itself: a read gets it with the lookup, no object fetch."""
+        ``KeyIndex.reserve``'s (False: a shared key that existed got a reference, nothing is put). A
+        chunk of at most ``INLINE_BYTES`` stays in the index itself: a read gets it with the
+        lookup, no object fetch."""
         ok, reserved = self.call("reserve", (key, specs), {"new_key": new_key, "refs": refs})
-        if not ok:
-            return ok, reserved  # the error
-        if not reserved:
-            return True, (False, None)
+        if not (ok and reserved):
+            return ok, reserved
         try:
             refs = {
                 name: [chunk if chunk.nbytes <= INLINE_BYTES else ray.put(chunk) for chunk in parts]
@@ -113,10 +110,8 @@ class StoreShard:
         except BaseException:
             self.call("abort", (key, list(specs)), {})
             raise
-        ok, dropped = self.call("commit", (key, refs), {})
-        if not ok:
-            return ok, dropped  # the error
-        return True, (True, dropped)
+        ok, error = self.call("commit", (key, refs), {})
+        return (True, True) if ok else (ok, error)
 
 
 class ShardedIndex:
@@ -153,9 +148,8 @@ class ShardedIndex:
 
     def write(
         self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, refs: NewKey | None
-    ) -> tuple[bool, dict[str, Any] | None]:
-        """``StoreShard.write`` on the key's shard: whether it wrote (False: a shared key existed
-        and was shared), and the key's row if it went as the write ended."""
+    ) -> bool:
+        """``StoreShard.write`` on the key's shard: False when a shared key existed and was shared."""
         position = self.position(key)
         ok, value = self.get(self._shards[position].write.remote(key, specs, chunks, new_key, refs), position)
         if not ok:

@@ -30,8 +30,6 @@ from tests.unit.store.test_contract import (  # noqa: F401  (the contract's test
     test_schema_reads_no_payload,
     test_a_shared_key_lives_until_its_last_holder_releases_it,
     test_a_shared_key_other_writers_put_and_release_between_share_and_write_is_shared,
-    test_a_reference_taken_on_a_key_being_written_is_held_and_released,
-    test_a_key_whose_last_holder_goes_while_it_is_written_goes_when_the_write_ends,
     test_a_reference_listed_twice_in_one_release_drops_two,
     test_releasing_more_than_a_holder_holds_is_refused_and_changes_nothing,
     test_a_release_that_is_not_key_holder_pairs_is_refused,

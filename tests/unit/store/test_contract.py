@@ -20,7 +20,6 @@ from vlrl.store import (
     RangeError,
     StoreError,
 )
-from vlrl.store.index import NewKey
 
 CHUNK = 4
 """Tiny chunks so that 10-30 row test fields span several of them."""
@@ -255,43 +254,6 @@ def test_a_shared_key_other_writers_put_and_release_between_share_and_write_is_s
     assert store.put_shared("k", _row(4), holder="mine") is False  # a reference to the other's write
     _same(store.get(["k"])["k"]["token_ids"], _row(4, seed=9)["token_ids"])
     assert store.release([("k", "mine")]) == ["k"] and store.stats().keys == 0
-
-
-def _claimed(store, key, refs, *, like):
-    """A writer's ``put_shared`` of ``key`` caught between claiming it and committing: the index
-    calls every backend makes, with the specs and handles of the written key ``like``. Returns
-    the commit that ends the write."""
-    entries = store._index("lookup", [like], None)[0]
-    store._index("reserve", key, {n: spec for n, (spec, _) in entries.items()}, new_key=True, refs=refs)
-    return lambda: store._index("commit", key, {n: handles for n, (_, handles) in entries.items()})
-
-
-def test_a_reference_taken_on_a_key_being_written_is_held_and_released(store):
-    # Two trajectories write one tile pack: "mine" claimed it and writes; "other" shares it
-    # meanwhile, must find it held (not a restarted shard), and may drop it before the write ends.
-    store.put("seq", _row(4))
-    commit = _claimed(store, "k", NewKey("mine"), like="seq")
-    assert store.share(["k"], "other") == [True]
-    assert store.holds([("k", "other")]) == [True]
-    assert store.release_held([("k", "other")]) == []  # dropped, though the key is not written yet
-    commit()
-    assert store.holds([("k", "other")]) == [False]
-    assert store.release([("k", "mine")]) == ["k"] and store.contains(["k"]) == [False]
-
-
-def test_a_key_whose_last_holder_goes_while_it_is_written_goes_when_the_write_ends(store):
-    # The writer's run died mid-write (take_back): its keys outlive no holder, and the writes
-    # still in flight commit without failing.
-    store.put("seq", _row(4))
-    commits = [
-        _claimed(store, "k", NewKey("mine", writer="run"), like="seq"),  # a shared key
-        _claimed(store, "k0", NewKey(writer="run"), like="seq"),  # a put key
-    ]
-    store.take_back(["run"])
-    assert store.contains(["k", "k0"]) == [False, False]
-    for commit in commits:
-        commit()
-    assert store.contains(["k", "k0"]) == [False, False] and store.stats().keys == 1
 
 
 def test_a_reference_listed_twice_in_one_release_drops_two(store):
