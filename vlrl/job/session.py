@@ -75,6 +75,13 @@ class RunState:
 
 
 
+def trained_rate(config: Any, optim: Optimizer.Config) -> Optimizer.Config:
+    """``optim`` at the rate the run trains at: a tiny build's scaled by ``tiny.rate_scale``."""
+    if config.model_path != TINY:
+        return optim
+    return replace(optim, lr=optim.lr * config.tiny.resolved_rate_scale())
+
+
 class JobSession:
     """What a run holds while it lasts: run folder, model, engines, store, pool, logs; all of it
     is torn down (actors ended, store destroyed) when the ``with`` block ends."""
@@ -192,14 +199,11 @@ class JobSession:
         ``steps`` and ``lora``), or for the warm start with its own in their place; a tiny
         build's rates scaled by ``tiny.rate_scale`` (its family's)."""
         c = self.config
-        optim = c.optim if optim is None else optim
-        if c.model_path == TINY:
-            optim = replace(optim, lr=optim.lr * c.tiny.lr_scale())
         return c.trainer.build(
             model_path=model_path,
             store_config=c.store,
             layout=c.layout,
-            optim=optim,
+            optim=trained_rate(c, c.optim if optim is None else optim),
             loss=c.loss if loss is None else loss,
             micro_batches=c.micro_batches,
             steps=c.steps if steps is None else steps,

@@ -51,7 +51,7 @@ from vlrl.job.plots import EPISODES_DIR
 from vlrl.job.progress import Progress
 from vlrl.job.rl_step import rl_step
 from vlrl.job.run_folder import SUMMARY_FILE
-from vlrl.job.session import JobSession, RunState
+from vlrl.job.session import JobSession, RunState, trained_rate
 from vlrl.job.tracking import Tracking
 from vlrl.job.train_refusals import (
     check_demonstration_formats,
@@ -210,14 +210,7 @@ class TrainJob:
         config = self.config
         started = time.perf_counter()
         config.preflight()
-        if config.model_path == TINY and config.tiny.lr_scale() != 1:
-            rates = [f"optim.lr {config.optim.lr * config.tiny.lr_scale():g}"]
-            if config.warm_start is not None:
-                rates.insert(0, f"warm_start.lr {config.warm_start.lr * config.tiny.lr_scale():g}")
-            print(
-                f"vlrl train: the tiny {config.tiny.family} build trains at {config.tiny.lr_scale():g}x the rates"
-                f" (tiny.rate_scale): {', '.join(rates)}", file=sys.stderr, flush=True,
-            )  # fmt: skip
+        _maybe_report_tiny_rates(config)
         started_ray = config.ray.ensure()
         try:
             with JobSession(config) as session:
@@ -456,6 +449,20 @@ class TrainJob:
             return ""
         below = below_baseline(state.success["warm"], state.success, episodes=self.config.eval.episodes)
         return below and f"warm start: {below}; RL from a policy that has not learnt the screen seldom learns it (docs/training.md)"
+
+
+def _maybe_report_tiny_rates(config: TrainJob.Config) -> None:
+    """Say on stderr when a tiny build trains at other rates than the config's (``tiny.rate_scale``)."""
+    scale = config.tiny.resolved_rate_scale()
+    if config.model_path != TINY or scale == 1:
+        return
+    rates = [f"optim.lr {trained_rate(config, config.optim).lr:g}"]
+    if config.warm_start is not None and not config.start_from:
+        rates.insert(0, f"warm_start.lr {trained_rate(config, replace(config.optim, lr=config.warm_start.lr)).lr:g}")
+    print(
+        f"vlrl train: the tiny {config.tiny.family} build trains at {scale:g}x the rates (tiny.rate_scale): {', '.join(rates)}",
+        file=sys.stderr, flush=True,
+    )  # fmt: skip
 
 
 def should_evaluate(step: int, every: int, steps: int) -> bool:

@@ -29,8 +29,8 @@ class Qwen35(Qwen3VL):
     model_class = Qwen3_5ForConditionalGeneration
     config_class = Qwen3_5Config
     tiny_width = 4 * HEAD_DIM
-    """Four heads, as the other families' tiny builds have (of 16): at 64 wide (two heads) the
-    main job reached 0.62 held-out, at 128 0.825 (``docs/lab/model-families.md``)."""
+    """Four heads, as the other families' tiny builds have (of 16): at half the rates, 64 wide
+    (two heads) the main job reached 0.635 held-out, 128 wide 0.81 (``docs/lab/model-families.md``)."""
     tiny_rate_scale = 0.5
     """At the example recipes' warm-start rate of 1e-2 the hybrid build's loss stalls near 0.15
     (held-out 0.19 at 64 wide, 0.20 at 128 on the main job); at half the warm start's and the

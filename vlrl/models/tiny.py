@@ -107,12 +107,11 @@ class TinyModel:
 
         return self.hidden_size if self.hidden_size is not None else family(self.family).tiny_width
 
-    def lr_scale(self) -> float:
+    def resolved_rate_scale(self) -> float:
         """``rate_scale``, or the family's measured scale."""
         from vlrl.models.registry import family
 
         return self.rate_scale if self.rate_scale is not None else family(self.family).tiny_rate_scale
-
     def build(self, path: Path) -> Path:
         from vlrl.models.registry import family
 
