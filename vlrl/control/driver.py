@@ -187,6 +187,9 @@ class Driver:
         for group in groups:
             self.book.where[group.group_id] = "training"
         self._step += 1
+        # Taking groups makes room ahead: were every launched group already decided, no finishing
+        # group would be left to launch the next, and the pipeline would sit empty while the trainer works.
+        self._launch()
         return Batch(self._step, groups, min_version=policy_version - self.config.max_staleness)
 
     async def fill(self, policy_version: int) -> None:

@@ -29,24 +29,40 @@ A = DataSource(name="a", codebase="light", group_size=4, batch_share=3.0, env=En
 B = DataSource(name="b", codebase="light-other", group_size=2, batch_share=1.0, env=EnvSettings(params={"step_s": 0.01}))
 
 
-def built_parts():
-    """A Ray store and a pool of light-harness hosts writing to it; both ended after the yield."""
+def built_parts() -> tuple[HarnessPool, RayStore]:
+    """A Ray store and a pool of light-harness hosts writing to it (end them with ``ended``)."""
     store = RayStore.Config(namespace=uuid.uuid4().hex[:8]).build()
     pool = HarnessPool.Config(
         budget=HostBudget(total_hosts=3, shares={"loop": 1, "light": 1, "light-other": 1}),
         loop_host=HostConfig(max_tenants=64),
         env_host=HostConfig(max_tenants=64),
     ).build(loop_setup=StoreSetup(store))
-    yield pool, store
+    return pool, store
+
+
+def ended(parts: tuple[HarnessPool, RayStore]) -> None:
+    pool, store = parts
     pool.shutdown()
     store.destroy()
 
 
 @pytest.fixture(scope="module")
-def parts(ray_session):
+def module_parts(ray_session):
     """One pool and store for the module: each test closes its driver and most check that no key
     is left, so a test starts on an empty store without a pool of its own (three hosts' actors)."""
-    yield from built_parts()
+    holder = [built_parts()]
+    yield holder
+    ended(holder[0])
+
+
+@pytest.fixture
+def parts(module_parts):
+    """The module's pool and store, built afresh after a failed test left keys behind: its group
+    ids would collide with the next test's, and one failure would read as many."""
+    if module_parts[0][1].stats().keys:
+        ended(module_parts[0])
+        module_parts[0] = built_parts()
+    return module_parts[0]
 
 
 def _factory(version: int = 0):
@@ -270,6 +286,37 @@ def test_finished_groups_launch_the_next_while_the_trainer_works(parts):
     assert _balanced(driver.book) and store.stats().keys == 0
 
 
+def test_a_batch_taken_after_every_group_was_decided_launches_the_next(parts):
+    """No group is left to finish and launch the next, so taking the batch must."""
+    pool, store = parts
+    driver = Driver(
+        Driver.Config(groups_per_batch=1, prefetch_batches=2),
+        [A],
+        pool,
+        store,
+        tenant_factory=lambda source, seed, group_id, index: StoredTrajectory(source, seed, group_id, index, always_mixed=True),
+    )
+
+    async def decided(accepted: int) -> None:
+        deadline = asyncio.get_running_loop().time() + 60
+        while driver.book.accepted < accepted or driver.book.pending:
+            assert asyncio.get_running_loop().time() < deadline, driver.book.report()
+            await asyncio.sleep(0.05)
+
+    async def main():
+        await driver.fill(policy_version=0)  # launched 3 groups (1 + 2 ahead)
+        await decided(3)
+        assert driver.book.generated == 3, driver.book.report()
+        batch = await driver.next_batch(policy_version=0)
+        await decided(4)
+        driver.consumed(batch)
+        await driver.close()
+
+    asyncio.run(main())
+    assert driver.book.generated == 4, driver.book.report()
+    assert _balanced(driver.book) and store.stats().keys == 0
+
+
 class LateJudge:
     """Gives every group one winner (so all are informative), after a delay."""
 
@@ -349,9 +396,12 @@ def test_replayed_seeds_launch_first_and_open_seeds_name_what_is_not_trained(par
 
     batch, open_before, open_after = asyncio.run(main())
     assert batch.groups[0].group_id in {"a/7", "a/9"}  # the replayed seeds went first, in order
-    assert open_before == {"a": [7, 9]} and driver.seeds.next_seeds == {"a": 20}
+    assert open_before == {"a": [7, 9]}
     trained = int(batch.groups[0].group_id.split("/")[1])
     assert open_after == {"a": sorted({7, 9} - {trained})}
+    # Taking the batch launched a group on seed 20, which close let finish: started, not trained.
+    assert driver.seeds.next_seeds == {"a": 21}
+    assert driver.seeds.open_seeds() == {"a": sorted({7, 9, 20} - {trained})}
     assert _balanced(driver.book) and store.stats().keys == 0
 
 

@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from tests.helpers.stored_trajectory import StoredTrajectory
-from tests.integration.control.test_driver import A, _balanced, built_parts, one_batch
+from tests.integration.control.test_driver import A, _balanced, built_parts, ended, one_batch
 from tests.integration.store.test_faults import restart_shards
 from vlrl.control.driver import Driver, DriverStalled
 from vlrl.store import StoreTimeoutError
@@ -35,7 +35,9 @@ class FailingGets(RayStore):
 @pytest.fixture()
 def parts(ray_session):
     """A pool and store per test: these tests kill and restart the store's shards."""
-    yield from built_parts()
+    parts = built_parts()
+    yield parts
+    ended(parts)
 
 
 def _mixed(source, seed, group_id, index):
