@@ -187,9 +187,10 @@ class Driver:
         for group in groups:
             self.book.where[group.group_id] = "training"
         self._step += 1
-        # Taking groups makes room ahead: were every launched group already decided, no finishing
-        # group would be left to launch the next, and the pipeline would sit empty while the trainer works.
-        self._launch()
+        if self.config.prefetch_batches:
+            # Taking groups makes room ahead: were every launched group already decided, no finishing
+            # group would be left to launch the next, and rollouts would stop while the trainer works.
+            self._launch()
         return Batch(self._step, groups, min_version=policy_version - self.config.max_staleness)
 
     async def fill(self, policy_version: int) -> None:
@@ -315,18 +316,18 @@ class Driver:
                 and len(self._buffer[name]) + self._undecided(name) < quota * (1 + self.config.prefetch_batches)
             ):
                 self._in_flight[name] += 1
-                task = asyncio.get_running_loop().create_task(self._run_group(self.sources[name]))
+                seed, group_id = self.seeds.start(name)  # booked now: a launched group is open at once
+                self.book.generated += 1
+                self.book.where[group_id] = "rolling out"
+                task = asyncio.get_running_loop().create_task(self._run_group(self.sources[name], seed, group_id))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
-    async def _run_group(self, source: DataSource) -> None:
-        await self._play_group(source)
+    async def _run_group(self, source: DataSource, seed: int, group_id: str) -> None:
+        await self._play_group(source, seed, group_id)
         self._launch()  # keep the pipeline full, even while the trainer works
 
-    async def _play_group(self, source: DataSource) -> None:
-        seed, group_id = self.seeds.start(source.name)
-        self.book.generated += 1
-        self.book.where[group_id] = "rolling out"
+    async def _play_group(self, source: DataSource, seed: int, group_id: str) -> None:
         try:
             returned = await asyncio.gather(
                 *(

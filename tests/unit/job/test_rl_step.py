@@ -50,6 +50,13 @@ class Store(LocalStore):
             if n <= self.deletions and not waiter.done():
                 waiter.set_result(None)
 
+    def end(self) -> None:
+        """The run ends: episodes waiting on a batch nobody will consume finish now."""
+        self.deletions = 1 << 30
+        for _, waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     async def deleted(self, n: int) -> None:
         """Return once ``n`` deletions happened (on the event loop: no clock involved)."""
         if self.deletions < n:
@@ -136,6 +143,7 @@ async def closed(s: Session, driver: Driver) -> dict[str, Any]:
     """What the steps left: the trainer calls and pushes, the books, and, the driver closed, the
     keys in the store."""
     book = driver.book.report()
+    s.store.end()  # the groups launched ahead for a step that never comes
     await driver.close()
     return {"calls": s.calls, "book": book, "keys_after_close": s.store.stats().keys}
 
@@ -191,6 +199,7 @@ def test_a_held_push_makes_the_next_batch_one_version_stale():
     async def main() -> Any:
         await rl_step(s, driver, trainer, 0, hold_push=True)
         second = await rl_step(s, driver, trainer, 1)
+        s.store.end()
         await driver.close()
         return second.batch
 
@@ -208,6 +217,7 @@ def test_the_job_holds_only_its_first_push_when_asked():
         state = RunState()
         for _ in range(2):
             await job._rl_step(s, state, driver, trainer)
+        s.store.end()
         await driver.close()
 
     asyncio.run(main())
