@@ -5,7 +5,7 @@ It keeps groups of Agent Loops running on the Harness Pool, receives each finish
 accept-time hook, and buffers accepted groups per data source. A batch is yielded when every
 source has contributed its share; surplus groups wait for the next batch unless they grow staler
 than ``max_staleness`` policy versions. Rollouts keep running while the trainer works: a group
-that finishes launches the next, up to ``prefetch_batches`` batches ahead, so rollout, training
+that finishes, or a batch taken, launches the next, up to ``prefetch_batches`` batches ahead, so rollout, training
 and weight sync overlap. An episode in flight across a weight update continues on the new
 weights; staleness is bounded per token: a batch names the oldest version it may train
 (``Batch.min_version``), the trainer leaves older tokens out of the loss, and the books count
@@ -96,9 +96,9 @@ class Driver:
         grader, so a slow or hung judge holds back new rollouts instead of letting them pile up."""
 
         prefetch_batches: Annotated[int, Ge(0)] = 1
-        """Batches of groups kept in flight or buffered ahead of the one being filled; a group that
-        finishes while the trainer works launches the next, so rollouts run through training and
-        weight sync (0: only what the current batch needs, rollout and training in turn)."""
+        """Batches of groups kept in flight or buffered ahead of the one being filled; taking a batch,
+        and a group that finishes while the trainer works, launch the next, so rollouts run
+        through training and weight sync (0: only what the current batch needs, rollout and training in turn)."""
 
         hook_retries: Annotated[int, Ge(0)] = 3
         """Retries of the accept-time hook when a store error fails it, before the group fails."""
