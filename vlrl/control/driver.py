@@ -224,30 +224,25 @@ class Driver:
 
     def _fail_lost_groups(self) -> int | None:
         """Fail the groups about to be yielded whose payload is gone (a store shard died and
-        restarted empty since they were written) or that name an image still held but not written
-        (another writer's write of it failed, or has not ended), so the trainer never reads a
-        missing key; returns how many failed (0: the batch at the head of the buffers is whole),
-        or None when the store could not answer (the groups stay buffered for the next look)."""
+        restarted empty since they were written), so the trainer never reads a lost key; returns
+        how many failed (0: the batch at the head of the buffers is whole), or None when the
+        store could not answer (the groups stay buffered for the next look)."""
         head = [group for name, quota in self.quotas.items() for group in list(self._buffer[name])[:quota]]
         keys = [meta.key for group in head for meta in group.metas]
         refs = image_refs([meta for group in head for meta in group.metas])
         try:
-            present, held = self.store.contains(keys + [image for image, _ in refs]), self.store.holds(refs)
+            present, held = self.store.contains(keys), self.store.holds(refs)
         except SHARD_ERRORS as error:
             self.book.incidents[f"batch check failed: {type(error).__name__}"] += 1
             return None
         lost_keys = {key for key, ok in zip(keys, present) if not ok}
         lost_keys |= {holder for (_, holder), ok in zip(refs, held) if not ok}
-        unwritten = {holder for (_, holder), ok in zip(refs, present[len(keys) :]) if not ok}
-        missing = lost_keys | unwritten
-        broken = [group for group in head if any(meta.key in missing for meta in group.metas)]
+        broken = [group for group in head if any(meta.key in lost_keys for meta in group.metas)]
         for group in broken:
             self._buffer[group.source].remove(group)
             self._delete(group.metas, missing_ok=True)
             self.book.accepted -= 1
-            lost = any(meta.key in lost_keys for meta in group.metas)
-            reason = "payload lost with a store shard" if lost else "an image it names is not written"
-            self._leave(group.group_id, "failed", f"{reason} before training")
+            self._leave(group.group_id, "failed", "payload lost with a store shard before training")
         return len(broken)
 
     def _left(self) -> int:

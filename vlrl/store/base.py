@@ -11,14 +11,8 @@ A payload is a set of named fields (arrays) under a key. The contract:
   images, held by the sequences that name them): the first call writes it, each later one takes
   one more reference for its holder instead; ``release([(key, holder), ...])`` drops one of that
   holder's references per pair and deletes a key with its last. A holder can only drop what it
-  holds, and ``holds(refs)`` says whether references are still held. A key still being written
-  is held and released as a written one. ``put`` makes a key held by itself, so
-  ``release([(key, key)])`` ends it as ``delete`` would.
-- A write that fails leaves no reference for its writer and releases what the key was to hold;
-  a shared key whose write failed stays, unwritten, for those who took a reference to it
-  meanwhile, and the next ``put_shared`` of it writes it. A write whose key went meanwhile (its
-  writer taken back, the key deleted or released by every holder) frees its bytes and raises
-  ``KeyMissingError``: it never lands in the key or in a later write of it.
+  holds, and ``holds(refs)`` says whether references are still held. ``put`` makes a key held
+  by itself, so ``release([(key, key)])`` ends it as ``delete`` would.
 - ``put`` and ``put_shared`` may name their ``writer``; ``take_back(writers)`` deletes what those
   writers put and drops the references they took, for a writer that died before undoing them.
 - A key may hold others (an image its tile packs): ``put_shared(key, ..., holds=children,
@@ -46,7 +40,7 @@ import numpy as np
 
 from vlrl.store.errors import PayloadTypeError, StoreError
 from vlrl.store.fields import FieldSpec, as_payload_array, check_range, spec_for
-from vlrl.store.index import HELD, NewKey, StoreStats, went_while_written
+from vlrl.store.index import HELD, NewKey, StoreStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +125,7 @@ class IndexedStore(ABC):
         """Return the requested rows of each read, moving as few bytes as the backend can."""
 
     def _free(self, dropped: list[dict[str, tuple[FieldSpec, Any]]], keys: list[str]) -> None:
-        """Release the storage of rows the index let go: deleted keys, and writes that landed
-        nowhere (``KeyIndex.commit`` said False)."""
+        """Release storage of deleted keys (the index already forgot them)."""
 
     # -- public API --------------------------------------------------------------------------
 
@@ -188,8 +181,7 @@ class IndexedStore(ABC):
         (decided where it is claimed, ``KeyIndex.reserve``). ``held_for``: the reference is that
         key's own (it holds this one through ``holds``). ``holds``: keys the new key holds one
         reference to each, already taken for it under the holder name ``holds_as``; released when
-        ``key`` goes or its write fails (not taken over when ``key`` was there already: the caller
-        then drops them)."""
+        ``key`` goes (not taken over when ``key`` was there already: the caller then drops them)."""
         (key, holder) = _check_keys([key, holder])
         holds = tuple(_check_keys(list(holds)))
         if holds and not (isinstance(holds_as, str) and holds_as):
@@ -238,9 +230,9 @@ class IndexedStore(ABC):
         that key does not hold it: the key was never written, or went; a key the writer wrote and
         others still hold keeps what it names. Returns the keys this deleted."""
         writers = _check_keys(writers)
-        found = self._index("take_back", writers)
-        self._dropped([row for _, row, _ in found], [key for key, _, _ in found])
-        deleted = [key for key, _, gone in found if gone]
+        pairs = self._index("take_back", writers)
+        self._dropped([row for _, row in pairs], [key for key, _ in pairs])
+        deleted = [key for key, _ in pairs]
         pending = self._index("held_for_refs", writers)
         if pending:
             names = self._index("holds_as", [owner for _, _, owner in pending])
@@ -293,20 +285,16 @@ class IndexedStore(ABC):
         new_key: bool,
         refs: NewKey | None,
     ) -> bool:
-        """Reserve the names, write the data, commit under the reservation's token; a failed write
-        releases the names and what the key was to hold. False: the shared key existed, and got a
-        reference instead (nothing written)."""
-        token = self._index("reserve", key, specs, new_key=new_key, refs=refs)
-        if token is None:
+        """Reserve the names, write the data, commit; a failed write releases the names. False: the
+        shared key existed, and got a reference instead (nothing written)."""
+        if not self._index("reserve", key, specs, new_key=new_key, refs=refs):
             return False
         try:
             handles = self._write_fields(key, arrays, specs)
         except BaseException:
-            self._dropped([self._index("abort", key, token)], [key])
+            self._index("abort", key, list(specs))
             raise
-        if not self._index("commit", key, handles, token):
-            self._dropped([{name: (specs[name], handle) for name, handle in handles.items()}], [key])
-            raise went_while_written(key)
+        self._index("commit", key, handles)
         return True
 
     def _count(self, *, read: int = 0, written: int = 0) -> None:

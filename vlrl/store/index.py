@@ -9,8 +9,6 @@ at most ``remote_index.INLINE_BYTES`` it keeps inline, never larger payload arra
 
 from __future__ import annotations
 
-import itertools
-import uuid
 import zlib
 from collections import Counter
 from dataclasses import dataclass
@@ -56,28 +54,8 @@ release them in turn."""
 @dataclass(slots=True)
 class _Entry:
     spec: FieldSpec
-    write: str
-    """The token of the write that claimed it (``KeyIndex.reserve``)."""
     handles: Any = None
     committed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Write:
-    """A write in flight: its key, the reference its reservation gave (None: ``add_fields``) and
-    the writer that named itself."""
-
-    key: str
-    holder: str | None
-    writer: str | None
-
-
-def went_while_written(key: str) -> KeyMissingError:
-    """What a writer is told when its key went while it wrote it (``KeyIndex.commit`` said False)."""
-    return KeyMissingError(
-        f"store key {key!r} went while it was written (its writer was taken back, or it was deleted or "
-        "released by every holder): the bytes written were freed"
-    )
 
 
 class KeyIndex:
@@ -90,20 +68,9 @@ class KeyIndex:
     shared key live exactly as long as its last holder, whatever the interleaving of writers and
     releasers, and a holder can never drop a reference it does not hold.
 
-    A key being written is held as a written one: ``share`` gives references to it, ``holds``
-    counts them and ``release`` drops them, and its last reference going deletes it at once. Each
-    write is one reservation with its own token, so the writer's late ``commit`` (or ``abort``) of a
-    key that went meanwhile, or was written afresh by another, lands nowhere: the writer frees its
-    bytes. A new key whose write fails (``abort``, or its writer taken back) stays for whoever
-    took a reference to it meanwhile, unwritten: a read says so, ``share`` finds nothing to share,
-    and the next ``put_shared`` of it writes it (tile packs and images are content-addressed, so
-    any writer of the key writes what they expect); it goes with their last reference as any key.
-    What the failed write was to hold (``holds``) is released with it.
-
     A write may name its ``writer`` (a tenant's run): ``take_back(writers)`` then deletes the keys
-    each writer put, drops the references it took and fails its writes in flight, for a writer
-    whose process died before it could undo them itself (its commit never comes, so nothing may
-    wait for it). Writer records go with the keys and references they name.
+    each writer put and drops the references it took, for a writer whose process died before it
+    could undo them itself. Writer records go with the keys and references they name.
 
     A reference may be *held for* a key (an image's reference to a tile pack it names): it is that
     key's, released when the key goes, under a holder name unique to the key's write (its
@@ -125,26 +92,20 @@ class KeyIndex:
         self._holds: dict[str, tuple[str, ...]] = {}  # key -> the keys it holds
         self._holds_as: dict[str, str] = {}  # key -> the holder name of its references to what it holds
         self._held_for: dict[tuple[str, str], str] = {}  # (key, holder) -> the key whose own reference it is
-        self._writes: dict[str, _Write] = {}  # token -> write in flight
-        self._epoch, self._serial = uuid.uuid4().hex[:8], itertools.count()  # write tokens, unique past a restart
         self._bytes = 0
         self.successor = successor
 
-    def reserve(
-        self, key: str, specs: dict[str, FieldSpec], *, new_key: bool, refs: NewKey | None = None
-    ) -> str | None:
-        """Claim ``specs`` under ``key``: the write's token, for its ``commit`` or ``abort``.
-        ``new_key`` distinguishes ``put`` from ``add_fields``, and ``refs`` says how a new key is held
-        (by itself, when None). A shared key (``refs`` names a holder) that is written or being
-        written gets that holder's reference instead, as ``share`` gives it: None, nothing claimed.
-        Deciding here, in the call that claims, leaves no gap between finding a key absent and
-        writing it for other writers to put (and drop) it in. A key whose write failed is claimed
-        anew, its holders kept."""
+    def reserve(self, key: str, specs: dict[str, FieldSpec], *, new_key: bool, refs: NewKey | None = None) -> bool:
+        """Claim ``specs`` under ``key``: True. ``new_key`` distinguishes ``put`` from ``add_fields``,
+        and ``refs`` says how a new key is held (by itself, when None). A shared key (``refs`` names
+        a holder) that exists already gets that holder's reference instead, as ``share`` gives it:
+        False, nothing claimed. Deciding here, in the call that claims, leaves no gap between
+        finding a key absent and writing it for other writers to put (and drop) it in."""
         row = self._rows.get(key)
-        if new_key and row and refs is not None and refs.holder is not None:
+        if new_key and row is not None and refs is not None and refs.holder is not None:
             self.share([key], refs.holder, refs.writer, refs.held_for)
-            return None
-        if new_key and row:
+            return False
+        if new_key and row is not None:
             raise DuplicateWriteError(
                 f"store key {key!r} was already written (fields {sorted(row)}); payloads are written once, "
                 "use add_fields for fields written later"
@@ -155,68 +116,40 @@ class KeyIndex:
             taken = sorted(set(specs) & set(row))
             if taken:
                 raise DuplicateWriteError(f"store key {key!r} already has field(s) {taken}; fields are written once")
-        token = f"{self._epoch}/{next(self._serial)}"
         row = self._rows.setdefault(key, {})
         for name, spec in specs.items():
-            row[name] = _Entry(spec, token)
-        if not new_key:
-            self._writes[token] = _Write(key, None, None)
-            return token
-        refs = refs or NewKey()
-        holder = key if refs.holder is None else refs.holder
-        self._writes[token] = _Write(key, holder, refs.writer)
-        self._holders.setdefault(key, Counter())[holder] += 1  # a key whose write failed keeps its holders
-        if refs.writer is not None and refs.holder is None:
-            self._writer_of[key] = refs.writer
-        elif refs.writer is not None:
-            self._ref_writers.setdefault((key, holder), Counter())[refs.writer] += 1
-        if refs.held_for is not None:
-            self._held_for[(key, holder)] = refs.held_for
-        if refs.holds:
-            self._holds[key] = tuple(refs.holds)
-            self._holds_as[key] = refs.holds_as
-        return token
+            row[name] = _Entry(spec)
+        if new_key:
+            refs = refs or NewKey()
+            holder = key if refs.holder is None else refs.holder
+            self._holders[key] = Counter({holder: 1})
+            if refs.writer is not None and refs.holder is None:
+                self._writer_of[key] = refs.writer
+            elif refs.writer is not None:
+                self._ref_writers.setdefault((key, holder), Counter())[refs.writer] += 1
+            if refs.held_for is not None:
+                self._held_for[(key, holder)] = refs.held_for
+            if refs.holds:
+                self._holds[key] = tuple(refs.holds)
+                self._holds_as[key] = refs.holds_as
+        return True
 
-    def commit(self, key: str, handles: dict[str, Any], token: str) -> bool:
-        """End the write ``token``: its fields are readable. False: its key went meanwhile (or its
-        writer was taken back), nothing lands; the writer frees the bytes (``went_while_written``)."""
-        if self._writes.pop(token, None) is None:
-            return False
+    def commit(self, key: str, handles: dict[str, Any]) -> None:
         row = self._rows[key]
         for name, handle in handles.items():
             entry = row[name]
             entry.handles, entry.committed = handle, True
             self._bytes += entry.spec.nbytes
-        return True
 
-    def abort(self, key: str, token: str) -> dict[str, tuple[FieldSpec, Any]]:
-        """Release the reservation ``token``, whose data write failed, and the reference it gave its
-        writer (who got the error instead); returns what the store must still free (``HELD``: what
-        the key was to hold, ``_fail``), empty when the key went meanwhile."""
-        write = self._writes.get(token)
-        if write is None:
-            return {}
-        if write.holder is not None:  # a new key: the last reference going drops it with its claim
-            dropped = self._release([(key, write.holder)])[0]
-            if dropped is not None:
-                return dropped
-        return self._fail(token)
-
-    def _fail(self, token: str) -> dict[str, tuple[FieldSpec, Any]]:
-        """Forget the fields the write ``token`` claimed. A new key then stays, unwritten, for those
-        who took a reference to it meanwhile (the next ``put_shared`` writes it), or goes without
-        them; what it was to hold is returned under ``HELD`` for the store to release."""
-        write = self._writes.pop(token)
-        row = self._rows[write.key]
-        for name in [name for name, entry in row.items() if entry.write == token]:
-            del row[name]
-        if row:  # add_fields: the key stays written
-            return {}
-        if not self._holders.get(write.key):
-            return self._drop(write.key)
-        self._writer_of.pop(write.key, None)
-        held, holds_as = self._holds.pop(write.key, ()), self._holds_as.pop(write.key, None)
-        return {HELD: (None, tuple((child, holds_as) for child in held))} if held else {}
+    def abort(self, key: str, names: list[str]) -> None:
+        """Release a reservation whose data write failed."""
+        row = self._rows.get(key, {})
+        for name in names:
+            if name in row and not row[name].committed:
+                del row[name]
+        if key in self._rows and not row:
+            del self._rows[key]
+            self._forget(key)
 
     def lookup(self, keys: list[str], fields: list[str] | None) -> list[dict[str, tuple[FieldSpec, Any]]]:
         """Specs and handles of the named fields (all committed fields when ``fields`` is None)."""
@@ -253,10 +186,10 @@ class KeyIndex:
     ) -> list[bool]:
         """One more reference by ``holder`` (taken by ``writer``, held for key ``held_for``) to each
         key that exists (written, or being written by another client): True; False for an absent
-        key, or one whose write failed, which the caller then writes."""
+        key, which the caller then writes."""
         out = []
         for key in keys:
-            present = bool(self._rows.get(key))
+            present = key in self._rows
             if present:
                 self._holders[key][holder] += 1
                 if writer is not None:
@@ -266,23 +199,15 @@ class KeyIndex:
             out.append(present)
         return out
 
-    def take_back(self, writers: list[str]) -> list[tuple[str, dict[str, tuple[FieldSpec, Any]], bool]]:
-        """Delete the keys ``writers`` put, drop the references they took (what is gone already is
-        skipped), but those held for a key (``held_for_refs``), and fail their writes in flight
-        (``_fail``: their commits will never come, or land nowhere). Returns ``(key, row, deleted)``
-        for the backend to free each row: the key's stored fields, or what a failed write was to
-        hold for a key that stays for its other holders (``deleted`` False)."""
+    def take_back(self, writers: list[str]) -> list[tuple[str, dict[str, tuple[FieldSpec, Any]]]]:
+        """Delete the keys ``writers`` put and drop the references they took (what is gone already
+        is skipped), but those held for a key (``held_for_refs``); returns each deleted key with
+        its stored fields, for the backend to free."""
         refs = [ref for ref in self._taken_by(writers) if ref not in self._held_for]
-        out = [(key, row, True) for (key, _), row in zip(refs, self._release(refs)) if row is not None]
+        out = [(key, row) for (key, _), row in zip(refs, self._release(refs)) if row is not None]
         wanted = set(writers)
         keys = [key for key, writer in self._writer_of.items() if writer in wanted]
-        out += [(key, self._drop(key), True) for key in keys]
-        tokens = [token for token, write in self._writes.items() if write.writer in wanted]
-        for token in tokens:
-            if token in self._writes:  # not gone with a key dropped above
-                key = self._writes[token].key
-                out.append((key, self._fail(token), key not in self._rows))
-        return out
+        return out + [(key, self._drop(key)) for key in keys]
 
     def held_for_refs(self, writers: list[str]) -> list[tuple[str, str, str]]:
         """``(key, holder, held_for)`` of the references ``writers`` took for a key: each is to be
@@ -318,9 +243,8 @@ class KeyIndex:
         ]
 
     def holds(self, refs: list[tuple[str, str]]) -> list[bool]:
-        """Whether each ``(key, holder)`` reference is held (its key written, being written, or
-        waiting for a writer after a failed write)."""
-        return [self._holders.get(k, Counter())[h] > 0 for k, h in refs]
+        """Whether each ``(key, holder)`` reference is held (its key written)."""
+        return [self._holders.get(k, Counter())[h] > 0 and self.contains([k])[0] for k, h in refs]
 
     def release(self, refs: list[tuple[str, str]]) -> list[dict[str, tuple[FieldSpec, Any]] | None]:
         """Drop one reference per ``(key, holder)`` (two for a pair listed twice); a key whose last
@@ -365,12 +289,7 @@ class KeyIndex:
         return out
 
     def _drop(self, key: str) -> dict[str, tuple[FieldSpec, Any]]:
-        """Forget ``key`` and the writes in flight to it (their commits land nowhere); returns its
-        committed fields and, under ``HELD``, what it held."""
         row = self._rows.pop(key, {})
-        for entry in row.values():
-            if not entry.committed:
-                self._writes.pop(entry.write, None)
         held, holds_as = self._holds.pop(key, ()), self._holds_as.pop(key, None)
         self._forget(key)
         self._bytes -= sum(e.spec.nbytes for e in row.values() if e.committed)
@@ -393,11 +312,6 @@ class KeyIndex:
 
     def _committed_row(self, key: str) -> dict[str, _Entry]:
         row = {n: e for n, e in self._rows.get(key, {}).items() if e.committed}
-        if not row and key in self._rows and not self._rows[key]:
-            raise KeyMissingError(
-                f"store key {key!r} is not written: its write failed while others held it (the next put_shared "
-                "of it writes it)"
-            )
         if not row:
             raise self._missing(f"store key {key!r} does not exist (never written, or deleted)")
         return row

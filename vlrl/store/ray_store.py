@@ -88,12 +88,7 @@ class RayStore(IndexedStore):
         refs: NewKey | None,
     ) -> bool:
         chunks = {name: split_chunks(array, specs[name]) for name, array in arrays.items()}
-        ok, value, dropped = self._shards.write(key, specs, chunks, new_key, refs)
-        if dropped:  # a failed write: release what its key was to hold, as IndexedStore._store_fields does
-            self._dropped([dropped], [key])
-        if not ok:
-            raise value
-        return value
+        return self._shards.write(key, specs, chunks, new_key, refs)
 
     def _read_ranges(self, reads: list[RangeRead]) -> list[np.ndarray]:
         wanted = [read.spec.chunks_overlapping(read.start, read.stop) for read in reads]

@@ -31,7 +31,7 @@ from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
 from vlrl.store.errors import ShardLostError, StoreError, StoreTimeoutError
 from vlrl.store.fields import FieldSpec
-from vlrl.store.index import KeyIndex, NewKey, StoreStats, shard_of, went_while_written
+from vlrl.store.index import KeyIndex, NewKey, StoreStats, shard_of
 
 RAY_NAMESPACE = "vlrl"
 INLINE_BYTES = 4096
@@ -94,33 +94,24 @@ class StoreShard:
 
     def write(
         self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, refs: NewKey | None
-    ) -> tuple[bool, Any, dict[str, Any] | None]:
-        """Reserve, ``ray.put`` every chunk (so this actor owns it), then commit; answers ``(ok,
-        value, dropped)``: value is whether it wrote (False: a shared key that existed got a
-        reference, nothing is put) or, when not ok, the error; ``dropped`` is what a failed write
-        leaves for the writer's store to release (``KeyIndex.abort``: what the key was to hold, on
-        any shard). A key that went while it was written (``KeyIndex.commit`` False) keeps none of
-        the chunks: dropped here, their owner, as this returns. A chunk of at most ``INLINE_BYTES``
-        stays in the index itself: a read gets it with the lookup, no object fetch."""
-        ok, token = self.call("reserve", (key, specs), {"new_key": new_key, "refs": refs})
-        if not ok:
-            return False, token, None  # the error
-        if token is None:
-            return True, False, None
+    ) -> tuple[bool, Any]:
+        """Reserve, ``ray.put`` every chunk (so this actor owns it), then commit; the answer is
+        ``KeyIndex.reserve``'s (False: a shared key that existed got a reference, nothing is put). A
+        chunk of at most ``INLINE_BYTES`` stays in the index itself: a read gets it with the
+        lookup, no object fetch."""
+        ok, reserved = self.call("reserve", (key, specs), {"new_key": new_key, "refs": refs})
+        if not (ok and reserved):
+            return ok, reserved
         try:
-            handles = {
+            refs = {
                 name: [chunk if chunk.nbytes <= INLINE_BYTES else ray.put(chunk) for chunk in parts]
                 for name, parts in chunks.items()
             }
-        except BaseException as error:
-            ok, dropped = self.call("abort", (key, token), {})
-            if not isinstance(error, Exception):
-                raise
-            return False, error, dropped if ok else None
-        ok, committed = self.call("commit", (key, handles, token), {})
-        if not ok:
-            return False, committed, None
-        return (True, True, None) if committed else (False, went_while_written(key), None)
+        except BaseException:
+            self.call("abort", (key, list(specs)), {})
+            raise
+        ok, error = self.call("commit", (key, refs), {})
+        return (True, True) if ok else (ok, error)
 
 
 class ShardedIndex:
@@ -157,10 +148,13 @@ class ShardedIndex:
 
     def write(
         self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, refs: NewKey | None
-    ) -> tuple[bool, Any, dict[str, Any] | None]:
-        """``StoreShard.write`` on the key's shard, answered as it answers."""
+    ) -> bool:
+        """``StoreShard.write`` on the key's shard: False when a shared key existed and was shared."""
         position = self.position(key)
-        return self.get(self._shards[position].write.remote(key, specs, chunks, new_key, refs), position)
+        ok, value = self.get(self._shards[position].write.remote(key, specs, chunks, new_key, refs), position)
+        if not ok:
+            raise value
+        return value
 
     def kill(self) -> None:
         for shard in self._shards:

@@ -1,11 +1,8 @@
 """Payload store on TransferQueue (``transferqueue`` on PyPI; Ray actors plus ZMQ underneath).
 
-Each write of a store key is a TransferQueue key of its own in one partition, ``<key>#<write>``
-(the fields' handles in the index name it): a write that lands after its store key went and was
-written again (``KeyIndex.commit``) is freed without clearing the new write's bytes. Each field
-chunk is a column named ``<field>@<chunk>``, so column selection (``select_fields``) gives both
-projection and range reads. TransferQueue returns columns as jagged nested tensors; they are
-unbound per key here.
+A store key is a TransferQueue key in one partition; each field chunk is a column named
+``<field>@<chunk>``, so column selection (``select_fields``) gives both projection and range
+reads. TransferQueue returns columns as jagged nested tensors; they are unbound per key here.
 
 Write-once and field specs are decided by the same sharded key index the Ray backend uses,
 because TransferQueue itself overwrites silently.
@@ -124,17 +121,16 @@ class TransferQueueStore(IndexedStore):
             for name, array in arrays.items()
             for i, chunk in enumerate(split_chunks(array, specs[name]))
         }
-        stored = f"{key}#{uuid.uuid4().hex[:12]}"
-        self._client().kv_batch_put(keys=[stored], partition_id=self._config.partition, fields=TensorDict(columns, [1]))
-        return {name: stored for name in arrays}
+        self._client().kv_batch_put(keys=[key], partition_id=self._config.partition, fields=TensorDict(columns, [1]))
+        return {name: None for name in arrays}
 
     def _read_ranges(self, reads: list[RangeRead]) -> list[np.ndarray]:
         wanted = [read.spec.chunks_overlapping(read.start, read.stop) for read in reads]
         # One TransferQueue call per distinct column set: a full read of rows sharing a schema
         # is a single batched get.
-        columns_of: dict[str, list[str]] = defaultdict(list)  # TransferQueue key (the handle) -> columns
+        columns_of: dict[str, list[str]] = defaultdict(list)
         for read, ids in zip(reads, wanted):
-            columns_of[read.handles] += [_column(read.name, i) for i in ids]
+            columns_of[read.key] += [_column(read.name, i) for i in ids]
         keys_by_columns: dict[tuple[str, ...], list[str]] = defaultdict(list)
         for key, columns in columns_of.items():
             keys_by_columns[tuple(dict.fromkeys(columns))].append(key)
@@ -150,13 +146,13 @@ class TransferQueueStore(IndexedStore):
                     fetched[key, column] = value.numpy()
         out = []
         for read, ids in zip(reads, wanted):
-            parts = [fetched[read.handles, _column(read.name, i)].reshape((-1, *read.spec.shape[1:])) for i in ids]
+            parts = [fetched[read.key, _column(read.name, i)].reshape((-1, *read.spec.shape[1:])) for i in ids]
             out.append(join_chunks(parts, read.spec, ids.start, read.start, read.stop))
         self._count(read=sum(a.nbytes for a in fetched.values()))
         return out
 
     def _free(self, dropped: list[dict[str, tuple[FieldSpec, Any]]], keys: list[str]) -> None:
-        gone = sorted({stored for row in dropped for _, stored in row.values()})
+        gone = [key for key, row in zip(keys, dropped) if row]
         if gone:
             self._client().kv_clear(keys=gone, partition_id=self._config.partition)
 

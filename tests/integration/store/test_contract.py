@@ -30,20 +30,12 @@ from tests.unit.store.test_contract import (  # noqa: F401  (the contract's test
     test_schema_reads_no_payload,
     test_a_shared_key_lives_until_its_last_holder_releases_it,
     test_a_shared_key_other_writers_put_and_release_between_share_and_write_is_shared,
-    test_a_reference_taken_while_a_key_is_written_is_held_and_released,
-    test_a_failed_write_leaves_the_references_taken_meanwhile_for_the_next_writer,
-    test_a_failed_write_releases_what_its_key_was_to_hold,
-    test_a_writer_that_died_mid_write_is_taken_back_and_its_keys_are_written_afresh,
-    test_a_write_whose_key_went_while_it_ran_lands_nowhere_and_says_so,
     test_a_reference_listed_twice_in_one_release_drops_two,
     test_releasing_more_than_a_holder_holds_is_refused_and_changes_nothing,
     test_a_release_that_is_not_key_holder_pairs_is_refused,
     test_concurrent_holders_of_one_key_end_it_exactly_once,
 )
-from tests.unit.store.test_contract import (
-    CHUNK,
-    test_a_write_whose_key_went_while_it_ran_lands_nowhere_and_says_so as _late_write,
-)
+from tests.unit.store.test_contract import CHUNK
 from vlrl.store import PayloadStore
 
 
@@ -113,19 +105,3 @@ def test_reader_actor_sees_writer_actor_payload_after_writer_exits(ray_session, 
     # The driver never read the payload; its own client moved nothing.
     assert store.io_stats().bytes_read == read_before
     ray.kill(reader)
-
-
-def test_transferqueue_frees_a_late_write_and_keeps_the_fresh_one(built, monkeypatch):
-    # Each write has a TransferQueue key of its own: the late write's bytes are cleared, those of
-    # the key written afresh stay, and nothing is left once the key goes.
-    if "transferqueue" not in built:
-        built["transferqueue"] = _build("transferqueue")
-    store = built["transferqueue"]
-
-    def stored() -> list[str]:
-        partition = store._config.partition
-        return sorted(store._client().kv_list(partition_id=partition).get(partition, {}))
-
-    before = stored()
-    _late_write(store, monkeypatch)
-    assert stored() == before

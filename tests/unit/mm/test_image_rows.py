@@ -11,7 +11,7 @@ import pytest
 
 from vlrl.bench.tiles_bench import desktop_screens
 from vlrl.mm import describe_image
-from vlrl.mm.image_rows import PACK_PREFIX, ImageWriter, pack_key, read_images
+from vlrl.mm.image_rows import ImageWriter, pack_key, read_images
 from vlrl.mm.tiles import TileCodec, tile_hash
 from vlrl.store import LocalStore
 
@@ -116,28 +116,6 @@ def test_a_writer_that_loses_an_image_to_another_does_not_name_the_pack_it_dropp
     back = read_images(store, [m.store_key for m in metas])
     assert all(back[m.store_key].tobytes() == shot.tobytes() for m, shot in zip(metas, shots))
     store.release([(metas[i].store_key, f"seq/a/{i}") for i in range(3)] + [(metas[1].store_key, "seq/b/1")])
-    assert store.stats().keys == 0
-
-
-def test_a_writer_that_wins_an_image_while_its_pack_is_still_written_keeps_it(store, monkeypatch):
-    # Two trajectories reach the same first screen, so they make the same full pack: A claims the
-    # pack and writes it; meanwhile B takes a reference to it and writes the image. B holds the
-    # pack (no shard restarted), and the pack goes with the image's last holder.
-    shot = _typing_screens(turns=1)[0]
-    meta = describe_image(shot)
-    a, b = ImageWriter(store), ImageWriter(store)
-    real = store._write_fields
-
-    def racing(key, arrays, specs):
-        if key.startswith(PACK_PREFIX):
-            monkeypatch.setattr(store, "_write_fields", real)
-            assert b.put(store, meta, shot, holder="seq/b/0") is True
-        return real(key, arrays, specs)
-
-    monkeypatch.setattr(store, "_write_fields", racing)
-    assert a.put(store, meta, shot, holder="seq/a/0") is False  # shared B's
-    assert read_images(store, [meta.store_key])[meta.store_key].tobytes() == shot.tobytes()
-    store.release([(meta.store_key, "seq/a/0"), (meta.store_key, "seq/b/0")])
     assert store.stats().keys == 0
 
 
