@@ -8,9 +8,9 @@ differs:
   step trains, then the weights go to the engine; no rollout runs meanwhile, so a step costs its
   slowest episode plus training plus weight sync, one after the other.
 - ``async``: ``prefetch_batches=1``, ``max_staleness=2``. Rollouts keep running through training
-  and weight sync (a finished group launches the next); an episode in flight at a weight update
-  continues on the new weights, its turns recording their versions; tokens more than two versions
-  old are cut from the loss and counted.
+  and weight sync (a finished group, or a batch taken, launches the next); an episode in flight
+  at a weight update continues on the new weights, its turns recording their versions; tokens
+  more than two versions old are cut from the loss and counted.
 
 Two configurations: ``main`` (the main job's click-target episodes: one turn) and ``long``
 (click-target episodes of up to 15 turns on a desktop whose every reset and step takes a

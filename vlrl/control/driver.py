@@ -181,7 +181,8 @@ class Driver:
         """The oldest trainable version every buffered group was last checked against."""
 
     async def next_batch(self, policy_version: int) -> Batch:
-        """Run rollouts until every source has its share of accepted groups, then yield a batch."""
+        """Run rollouts until every source has its share of accepted groups, then yield a batch
+        (and launch the groups its taking made room for, with ``prefetch_batches``)."""
         await self.fill(policy_version)
         groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
         for group in groups:
