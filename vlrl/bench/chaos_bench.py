@@ -211,7 +211,7 @@ async def run_steps(
     for step in range(steps):
         if before_step is not None:
             before_step(step)
-        await rl_step(s, driver, group, first_version + step)
+        await rl_step(s, driver, group, first_version + step, last=step + 1 == steps)
         _check_books(driver, out)
 
 

@@ -177,18 +177,21 @@ class Driver:
         self._step = 0
         self._version = 0
         self._closing = False
+        self._last = False  # the last batch is taken: no group is launched ahead any more
         self._checked_oldest: int | None = None
         """The oldest trainable version every buffered group was last checked against."""
 
-    async def next_batch(self, policy_version: int) -> Batch:
+    async def next_batch(self, policy_version: int, *, last: bool = False) -> Batch:
         """Run rollouts until every source has its share of accepted groups, then yield a batch
-        (and launch the groups its taking made room for, with ``prefetch_batches``)."""
+        (and launch the groups its taking made room for, with ``prefetch_batches``). ``last``: no
+        batch follows, so nothing more is launched (close lets the groups in flight finish)."""
         await self.fill(policy_version)
         groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
         for group in groups:
             self.book.where[group.group_id] = "training"
         self._step += 1
-        if self.config.prefetch_batches:
+        self._last = last
+        if self.config.prefetch_batches and not last:
             # Taking groups makes room ahead: were every launched group already decided, no finishing
             # group would be left to launch the next, and rollouts would stop while the trainer works.
             self._launch()
@@ -321,7 +324,8 @@ class Driver:
 
     async def _run_group(self, source: DataSource, seed: int, group_id: str) -> None:
         await self._play_group(source, seed, group_id)
-        self._launch()  # keep the pipeline full, even while the trainer works
+        if not self._last:
+            self._launch()  # keep the pipeline full, even while the trainer works
 
     async def _play_group(self, source: DataSource, seed: int, group_id: str) -> None:
         try:

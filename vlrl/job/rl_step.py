@@ -18,7 +18,9 @@ STEP_INPUT_RETRIES = 3
 """Times one RL step is run again on other groups when the trainer could not read its payload."""
 
 
-async def train_on(batch: Batch, driver: Driver, group: TrainerGroup, version: int) -> tuple[Batch, dict[str, float]]:
+async def train_on(
+    batch: Batch, driver: Driver, group: TrainerGroup, version: int, *, last: bool = False
+) -> tuple[Batch, dict[str, float]]:
     """One optimizer step on ``batch``. When the trainer could not read its payload (a store shard
     died under it; no gradient was computed), the batch goes back to the driver, which fails the
     groups that lost keys and yields the step again; returns the batch trained on and its metrics."""
@@ -31,7 +33,7 @@ async def train_on(batch: Batch, driver: Driver, group: TrainerGroup, version: i
             if retries > STEP_INPUT_RETRIES:
                 raise
             driver.requeue(batch)
-            batch = await driver.next_batch(version)
+            batch = await driver.next_batch(version, last=last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,7 @@ class StepResult:
 
 
 async def rl_step(
-    s: JobSession, driver: Driver, group: TrainerGroup, version: int, *, hold_push: bool = False
+    s: JobSession, driver: Driver, group: TrainerGroup, version: int, *, hold_push: bool = False, last: bool = False
 ) -> StepResult:
     """One RL step on policy ``version``: a batch from ``driver``, one optimizer step of ``group``
     on it, its keys deleted, the new weights pushed to the session's engines as ``version + 1``.
@@ -60,11 +62,12 @@ async def rl_step(
     ``hold_push``: the push waits until the driver holds the next batch, so every token of that
     batch was sampled by ``version`` or older and is trained one version stale or more (what
     ``vlrl bench async`` at smoke size checks its staleness books on, whatever the machine's speed).
+    ``last``: the run's last step, so the driver launches no rollouts for a step that never comes.
     """
     t0 = time.perf_counter()
-    batch = await driver.next_batch(version)
+    batch = await driver.next_batch(version, last=last)
     t1 = time.perf_counter()
-    batch, metrics = await train_on(batch, driver, group, version)
+    batch, metrics = await train_on(batch, driver, group, version, last=last)
     driver.consumed(batch)
     if hold_push:
         await driver.fill(version)

@@ -366,7 +366,7 @@ class TrainJob:
 
     async def _rl_step(self, s: JobSession, state: RunState, driver: Driver, group: TrainerGroup) -> None:
         hold = self.hold_first_push and state.step == 0
-        done = await rl_step(s, driver, group, state.version, hold_push=hold)
+        done = await rl_step(s, driver, group, state.version, hold_push=hold, last=state.step + 1 >= self.config.steps)
         batch, metrics = done.batch, done.metrics
         state.version += 1
         state.step += 1

@@ -163,6 +163,26 @@ def test_a_step_trains_its_batch_then_deletes_its_keys_then_pushes_the_next_vers
     assert left["keys_after_close"] == 0
 
 
+def test_the_last_step_launches_no_rollouts_for_a_step_that_never_comes():
+    """Taking a batch launches the groups it made room for, but not on the run's last step: close
+    would wait for those episodes and delete them unplayed by any trainer."""
+
+    def generated(last: bool) -> int:
+        s, driver, trainer = parts()
+
+        async def main() -> int:
+            await rl_step(s, driver, trainer, 0, last=last)
+            launched = driver.book.generated
+            await closed(s, driver)
+            return launched
+
+        return asyncio.run(main())
+
+    # Batch 0's two groups and the two launched ahead of it; a step that is not the last launches
+    # two more as it takes its batch.
+    assert (generated(last=True), generated(last=False)) == (4, 6)
+
+
 def test_the_chaos_bench_runs_the_jobs_step():
     """``vlrl bench chaos``'s loop and the training job's loop, on identical parts, train the same
     keys from the same versions, push the same versions, and leave the same books and store."""
