@@ -255,39 +255,9 @@ def test_tokens_older_than_the_bound_are_cut_and_counted_and_groups_with_newer_o
     assert _balanced(driver.book) and store.stats().keys == 0
 
 
-def test_finished_groups_launch_the_next_while_the_trainer_works(parts):
-    pool, store = parts
-    driver = Driver(
-        Driver.Config(groups_per_batch=1, prefetch_batches=2),
-        [A],
-        pool,
-        store,
-        tenant_factory=lambda source, seed, group_id, index: StoredTrajectory(source, seed, group_id, index, always_mixed=True),
-    )
-
-    async def main():
-        batch = await driver.next_batch(policy_version=0)  # launched 3 groups (1 + 2 ahead) and took 1
-        # "Training": no call into the driver until everything launched has been decided (a poll,
-        # not a fixed sleep: under load the groups take longer).
-        deadline = asyncio.get_running_loop().time() + 60
-        while driver.book.accepted < 4 or driver.book.pending:
-            assert asyncio.get_running_loop().time() < deadline, driver.book.report()
-            await asyncio.sleep(0.05)
-        generated = driver.book.generated
-        driver.consumed(batch)
-        await driver.close()
-        return generated
-
-    generated = asyncio.run(main())
-    # The two groups in flight finished during the pause, and the first to finish launched a
-    # fourth to keep three batches' worth ahead; more would pass the prefetch bound (a fifth
-    # would be launched by a finishing group, so it would show before all were decided).
-    assert generated == 4, driver.book.report()
-    assert _balanced(driver.book) and store.stats().keys == 0
-
-
-def test_a_batch_taken_after_every_group_was_decided_launches_the_next(parts):
-    """No group is left to finish and launch the next, so taking the batch must."""
+def test_a_batch_taken_launches_the_next_groups_while_the_trainer_works(parts):
+    """Every group launched is decided before the batch is taken (rollouts outpace training), so
+    no group is left to finish and launch the next: taking the batch must, up to the bound."""
     pool, store = parts
     driver = Driver(
         Driver.Config(groups_per_batch=1, prefetch_batches=2),
@@ -308,11 +278,13 @@ def test_a_batch_taken_after_every_group_was_decided_launches_the_next(parts):
         await decided(3)
         assert driver.book.generated == 3, driver.book.report()
         batch = await driver.next_batch(policy_version=0)
-        await decided(4)
+        await decided(4)  # "training": no call into the driver until the launched group is decided
         driver.consumed(batch)
         await driver.close()
 
     asyncio.run(main())
+    # One group launched at the take keeps three batches' worth ahead; a fifth would pass the
+    # prefetch bound (launched by the fourth as it finished, it would show before all were decided).
     assert driver.book.generated == 4, driver.book.report()
     assert _balanced(driver.book) and store.stats().keys == 0
 
