@@ -184,7 +184,8 @@ class Driver:
     async def next_batch(self, policy_version: int, *, last: bool = False) -> Batch:
         """Run rollouts until every source has its share of accepted groups, then yield a batch
         (and launch the groups its taking made room for, with ``prefetch_batches``). ``last``: no
-        batch follows, so nothing more is launched (close lets the groups in flight finish)."""
+        batch follows, so nothing more is launched (close lets the groups in flight, launched ahead
+        earlier, finish)."""
         await self.fill(policy_version)
         groups = tuple(self._buffer[name].popleft() for name, quota in self.quotas.items() for _ in range(quota))
         for group in groups:

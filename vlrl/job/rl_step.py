@@ -62,14 +62,15 @@ async def rl_step(
     ``hold_push``: the push waits until the driver holds the next batch, so every token of that
     batch was sampled by ``version`` or older and is trained one version stale or more (what
     ``vlrl bench async`` at smoke size checks its staleness books on, whatever the machine's speed).
-    ``last``: the run's last step, so the driver launches no rollouts for a step that never comes.
+    ``last``: the run's last step: taking its batch refills nothing (the groups launched earlier
+    for the batch after it still play, and close waits for them).
     """
     t0 = time.perf_counter()
     batch = await driver.next_batch(version, last=last)
     t1 = time.perf_counter()
     batch, metrics = await train_on(batch, driver, group, version, last=last)
     driver.consumed(batch)
-    if hold_push:
+    if hold_push and not last:
         await driver.fill(version)
     t2 = time.perf_counter()
     await s.push_weights(group, version + 1)

@@ -100,10 +100,10 @@ def test_a_crash_mid_step_with_rollouts_ahead_resumes_training_each_group_once(r
 
     real = rl_step.train_on
 
-    async def crashing(batch, driver, *args):
+    async def crashing(batch, driver, *args, **kwargs):
         if batch.step == 4:  # step 3 trained and logged after the step-2 checkpoint; groups in flight
             raise RuntimeError("crash in the middle of an asynchronous step")
-        done = await real(batch, driver, *args)
+        done = await real(batch, driver, *args, **kwargs)
         if batch.step == 2:  # step 3's groups are buffered before the step-2 checkpoint, however slow the rollouts
             await driver.fill(args[-1])
         return done
