@@ -207,6 +207,13 @@ class OpenAIServer:
         }
         return out | {f"engine_{k}": v for k, v in self._core.stats().items()}
 
+    def start_line(self, url: str) -> str:
+        """What ``vlrl serve`` prints once it listens: where, and the model name requests must send."""
+        return (
+            f"vlrl serve: {self.model_name} at {url}/v1 (requests send model={self.model_name!r};"
+            " --served-model-name sets it; SIGINT or SIGTERM stops it)"
+        )
+
     async def _serve_until_signalled(self) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -215,7 +222,7 @@ class OpenAIServer:
         url = await self.start()
         if self._config.api_key is None and self._config.host not in ("127.0.0.1", "localhost", "::1"):
             print(f"warning: serving on {self._config.host} without an API key", file=sys.stderr)
-        print(f"vlrl serve: {self.model_name} at {url}/v1 (SIGINT or SIGTERM stops it)", flush=True)
+        print(self.start_line(url), flush=True)
         try:
             await stop.wait()
         finally:
@@ -305,7 +312,12 @@ class OpenAIServer:
         self._counts.request_bytes += len(raw)
         chat = await asyncio.to_thread(self._parse, raw)
         if chat.model is not None and chat.model != self.model_name:
-            raise ApiError(f"The model `{chat.model}` does not exist.", param="model", status=404)
+            raise ApiError(
+                f"The model `{chat.model}` does not exist. This server serves `{self.model_name}`: send"
+                f" model={self.model_name!r}, or start vlrl serve with --served-model-name {chat.model}",
+                param="model",
+                status=404,
+            )
         self._decoding += 1
         try:
             parts, missing = await self._images.resolve(chat.images, unknown_as_hash=chat.prompt_token_ids is not None)

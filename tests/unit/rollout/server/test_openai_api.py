@@ -219,3 +219,19 @@ def test_bad_requests_get_openai_errors_naming_the_problem(server, processor):
                 urllib.request.Request(server.url + path, headers={"Authorization": f"Bearer {KEY}"}, method=method)
             )
         assert caught.value.code == status
+
+
+def test_a_wrong_model_name_gets_a_404_naming_the_model_served(server):
+    # An agent program written for vlrl's own endpoint sends model="policy"; `vlrl serve` serves its path.
+    got, answer = server.post("/v1/chat/completions", {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}, api_key=KEY)
+    message = answer["error"]["message"]
+    assert got == 404 and answer["error"]["param"] == "model", answer
+    assert message.startswith("The model `policy` does not exist. This server serves"), message
+    assert f"`{server.model}`" in message and f"model={server.model!r}" in message, message
+    assert "--served-model-name policy" in message, message
+
+
+def test_the_start_line_names_the_model_requests_send(server):
+    line = server._server.start_line(server.url)
+    assert line.startswith(f"vlrl serve: {server.model} at {server.url}/v1 "), line
+    assert f"requests send model={server.model!r}" in line and "--served-model-name" in line, line
