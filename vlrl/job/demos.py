@@ -72,9 +72,10 @@ class WarmStart:
     shows early."""
 
     continue_below_baseline: bool = False
-    """Run RL even when the warm start's held-out success ends at or below the best baseline
-    (random clicks or the best constant point, on the same seeds); by default the job stops there,
-    saying so with the figures. Smoke runs, which test the stages and not learning, set it."""
+    """Run RL even when the warm start's held-out success does not beat the best baseline (random
+    clicks or the best constant point, on the same seeds) by more than one standard error
+    (``job.baselines.below_baseline``); by default the job stops there, saying so with the
+    figures. Smoke runs, which test the stages and not learning, set it."""
 
     grounding: Annotated[int, Ge(0)] = 0
     """Grounding demonstrations per demonstrated turn (``job.grounding``): one-turn sequences

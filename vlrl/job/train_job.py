@@ -443,11 +443,12 @@ class TrainJob:
         s.log.log(0, "eval", record)
 
     def _below_baseline(self, state: RunState) -> str:
-        """What the job says when the warm start's held-out success ended at or below the best
-        baseline ('' when it beat it, or when no baseline was measured)."""
+        """What the job says when the warm start's held-out success did not beat the best baseline
+        by more than one standard error ('' when it did, or when no baseline was measured)."""
         if "best" not in state.success or "warm" not in state.success:
             return ""
-        below = below_baseline(state.success["warm"], state.success, episodes=self.config.eval.episodes)
+        episodes, sources = self.config.eval.episodes, len(self.config.sources)
+        below = below_baseline(state.success["warm"], state.success, episodes=episodes, sources=sources)
         return below and f"warm start: {below}; RL from a policy that has not learnt the screen seldom learns it (docs/training.md)"
 
 

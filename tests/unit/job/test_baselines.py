@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from vlrl.config import ConfigError, load_recipe
-from vlrl.job.baselines import Outcomes, SweepResult, grid_points, overall, summarise
+from vlrl.job.baselines import Outcomes, SweepResult, below_baseline, grid_points, overall, standard_error, summarise
 
 POINTS = grid_points(160, 120, (2, 2))
 
@@ -41,3 +41,20 @@ def test_the_best_constant_point_per_source_and_per_family_beside_chance_and_ora
     both = overall({"s": found, "t": {**found, "episodes": 12, "constant": 0.0, "chance": 0.5}})
     assert both["constant"] == pytest.approx((4 * 2 / 3) / 16) and both["chance"] == pytest.approx((1 + 6) / 16)
     assert both["best"] == both["chance"]
+
+
+BARS = {"chance": 0.0, "constant": 0.07, "oracle": 1.0, "best": 0.07}
+
+
+def test_the_warm_start_verdict_wants_more_than_one_standard_error_over_the_best_baseline():
+    # 16 of 200 against the best constant's 14 of 200 (issue 52): 0.010 apart, one standard error 0.026.
+    assert standard_error(16 / 200, 14 / 200, 200) == pytest.approx(0.02634, abs=1e-5)
+    said = below_baseline(16 / 200, BARS, episodes=200)
+    assert said.startswith("held-out success 0.080 is above the best baseline 0.070 by 0.010, within one standard error (0.026,"), said
+    assert "on the same 200 seeds per source (random clicks 0.000, the best constant point 0.070, the oracle 1.000)" in said
+    assert below_baseline(0.07, BARS, episodes=200).startswith("held-out success 0.070 is at or below the best baseline 0.070")
+    assert below_baseline(0.14, BARS, episodes=200) == ""  # 28 of 200: 0.070 above, the standard error 0.030
+    # Two sources of 200 seeds each: 400 episodes a rate, a smaller standard error, the same gap passes.
+    assert below_baseline(0.095, BARS, episodes=200) != "" and below_baseline(0.095, BARS, episodes=200, sources=2) == ""
+    # Nothing at all against nothing at all: no evidence either way, so not above.
+    assert below_baseline(0.0, {**BARS, "constant": 0.0, "best": 0.0}, episodes=64) != ""
