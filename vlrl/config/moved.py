@@ -5,11 +5,17 @@ naming the new one instead of a bare "unknown key" (``--set trainer.trainer.lr=1
 ``optim.lr``). A longer old path matches by its longest listed prefix and keeps the rest:
 ``trainer.trainer.loss.kind`` -> ``loss.kind``. Entries stay as long as old commands and notes
 may still name them.
+
+Recipe code reads and sets the same paths as attributes (``config.warm_start.lr_schedule =
+"cosine"``), so the config class at an old path's parent derives from ``moved_fields(parent)``:
+reading or setting a name that is no field there raises the ``AttributeError`` of
+``moved_attribute``, which names the new path from this same table (a unit test holds every
+entry's parent to it).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Moved(NamedTuple):
@@ -68,3 +74,22 @@ def moved_attribute(owner: str, path: str, name: str) -> AttributeError:
     new, entry = found
     note = f" ({entry.note})" if entry.note else ""
     return AttributeError(f"{owner} has no field {name!r}: config.{path}.{name} has moved to config.{new}{note}")
+
+
+def moved_fields(path: str) -> type:
+    """A base class for the config section at ``path`` (``"warm_start"``) whose reads and sets of a
+    name that is no field raise ``moved_attribute``'s error: the new path when the name moved, else
+    Python's own message. A slots dataclass refuses such a set with a bare ``AttributeError``; this
+    one says where the setting went."""
+
+    def __getattr__(self: Any, name: str) -> Any:
+        raise moved_attribute(type(self).__qualname__, path, name)
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        try:
+            object.__setattr__(self, name, value)
+        except AttributeError:
+            raise moved_attribute(type(self).__qualname__, path, name) from None
+
+    body = {"__slots__": (), "__getattr__": __getattr__, "__setattr__": __setattr__, "__doc__": moved_fields.__doc__}
+    return type(f"MovedFields[{path}]", (), body)

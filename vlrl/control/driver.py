@@ -47,7 +47,7 @@ from typing import Annotated, Any
 from ray.exceptions import RayError
 
 from vlrl.config import ConfigError, DataSource, Ge, Gt
-from vlrl.config.moved import moved_attribute
+from vlrl.config.moved import moved_fields
 from vlrl.control.driver_book import DriverBook
 from vlrl.control.grader import Grader, GraderRunner
 from vlrl.control.group_hook import GroupHook
@@ -80,8 +80,9 @@ class DriverStalled(RuntimeError):
 
 class Driver:
     @dataclass(kw_only=True, slots=True)
-    class Config:
-        """Batch shares, staleness and rollout concurrency of the control plane."""
+    class Config(moved_fields("driver")):
+        """Batch shares, staleness and rollout concurrency of the control plane (a recipe's
+        ``config.driver.hook``, read or set, is told where the setting lives now)."""
 
         groups_per_batch: Annotated[int, Ge(1)] = 8
         """Accepted groups per training batch, split among sources by their batch shares."""
@@ -113,11 +114,6 @@ class Driver:
         """Groups that may leave unaccepted (rejected, dropped, failed, stale) while one batch is
         being filled before the driver stops with ``DriverStalled``: a policy that fails (or
         solves) every task would otherwise roll out forever without a batch."""
-
-        def __getattr__(self, name: str) -> Any:
-            """Only for a name that is no field: a recipe's ``config.driver.hook`` is told where the
-            setting lives now."""
-            raise moved_attribute(type(self).__qualname__, "driver", name)
 
         def quotas(self, sources: list[DataSource]) -> dict[str, int]:
             """Groups each source contributes to every batch."""
@@ -452,21 +448,27 @@ class Driver:
                 await asyncio.sleep(self.config.hook_retry_s * 2**attempt)
 
     def _delete(self, metas: tuple[SeqMeta, ...] | list[SeqMeta], *, missing_ok: bool = False) -> None:
-        """Delete sequences and drop their image references (as ``mm.delete_sequences``). A dead
-        shard's keys are gone with it; every live shard still deletes or releases its own."""
+        """Delete sequences and drop their image references (as ``mm.delete_sequences``). A store
+        error in this clean-up is counted as an incident, never raised: a dead shard's keys are
+        gone with it and every live shard still deletes or releases its own; a key or reference
+        that is not there (taken back, or never written) is skipped and the rest still go."""
         if not metas:
             return
         keys = [meta.key for meta in metas]
         try:
             self.store.delete(keys, missing_ok=missing_ok)
-        except SHARD_ERRORS as error:
+        except STORE_ERRORS as error:
             self.book.incidents[f"delete failed: {type(error).__name__}"] += 1
-            with contextlib.suppress(*SHARD_ERRORS):
+            with contextlib.suppress(*STORE_ERRORS):
                 self.store.delete(keys, missing_ok=True)
+        refs = image_refs(metas)
         try:
-            self.store.release(image_refs(metas))
-        except SHARD_ERRORS as error:  # each live shard released its keys before the error came back
+            self.store.release(refs)
+        except STORE_ERRORS as error:  # a refused release changed nothing; a shard's error came after the rest
             self.book.incidents[f"release failed: {type(error).__name__}"] += 1
+            if not isinstance(error, SHARD_ERRORS):
+                with contextlib.suppress(*STORE_ERRORS):
+                    self.store.release_held(refs)
 
     def _take_back(self, writers: list[str]) -> None:
         """Undo what runs wrote before their loop host died (nobody else can)."""

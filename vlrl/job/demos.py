@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from vlrl.config import DataSource, Ge, Gt
+from vlrl.config.moved import moved_fields
 from vlrl.harness import Observation
 from vlrl.job.action_text import demo_answer, demo_reply
 from vlrl.job.grounding import grounding_trajectories
@@ -35,8 +36,9 @@ DEMO_SEED_BASE = 500_000
 
 
 @dataclass(kw_only=True, slots=True)
-class WarmStart:
-    """Supervised warm start on harness oracle demonstrations (loss kind ``sft``), before RL."""
+class WarmStart(moved_fields("warm_start")):
+    """Supervised warm start on harness oracle demonstrations (loss kind ``sft``), before RL. A
+    recipe that reads or sets a field that has moved (``lr_schedule``) is told its new name."""
 
     episodes: Annotated[int, Ge(1)] = 256
     """Oracle episodes per data source; failed or unwritable ones are dropped."""

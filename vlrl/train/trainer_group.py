@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 from encoders.spec import ResolvedEncoder
 from vlrl.config import ConfigError, Ge, Gt, validate
-from vlrl.config.moved import moved_attribute
+from vlrl.config.moved import moved_fields
 from vlrl.models import ModelFamily, family_of
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.records import SeqMeta
@@ -87,8 +87,8 @@ class TrainerWorker:
         )
         return sum(p.numel() for p in self.trainer.model.parameters())
 
-    def step(self, metas: list[SeqMeta], min_version: int | None = None) -> dict[str, float]:
-        return self.trainer.step(metas, min_version)
+    def step(self, metas: list[SeqMeta], min_version: int | None = None, policy_version: int | None = None) -> dict[str, float]:
+        return self.trainer.step(metas, min_version, policy_version)
 
     def weights(self, merged: bool = False) -> dict | None:
         """Rank 0 returns what a push carries (``Trainer.push_state``; Ray stores the result in the
@@ -128,20 +128,17 @@ class TrainerGroup:
     """Under LoRA, the ref of this group's first push: the one that carries the whole base model."""
 
     @dataclass(kw_only=True, slots=True)
-    class Config(RankModel):
+    class Config(RankModel, moved_fields("trainer")):
         """Trainer ranks as Ray actors, one per rank of the layout, and what each loads. The
         optimizer, loss, micro-batching and layout are the run's own sections (``optim``,
-        ``loss``, ``micro_batches``, ``layout``), given to ``build``."""
+        ``loss``, ``micro_batches``, ``layout``), given to ``build``; a recipe's
+        ``config.trainer.trainer`` or ``config.trainer.layout``, read or set, is told where the
+        setting lives now."""
 
         cpus_per_worker: Annotated[float, Gt(0)] = 1.0
         """Ray CPUs each rank reserves."""
         gpus_per_worker: Annotated[float, Ge(0)] = 0.0
         """Ray GPUs each rank reserves (0 on CPU machines)."""
-
-        def __getattr__(self, name: str) -> Any:
-            """Only for a name that is no field: a recipe's ``config.trainer.trainer`` or
-            ``config.trainer.layout`` is told where the setting lives now."""
-            raise moved_attribute(type(self).__qualname__, "trainer", name)
 
         def rank_config(
             self, *, optim: Optimizer.Config, loss: PolicyLoss.Config, micro_batches: MicroBatchPlanner.Config,
@@ -204,15 +201,16 @@ class TrainerGroup:
         self.parameters = ray.get(setups)[0]
         self._adapters_only = rank_config.lora.enabled
 
-    def step(self, metas: list[SeqMeta], min_version: int | None = None) -> dict[str, float]:
+    def step(self, metas: list[SeqMeta], min_version: int | None = None, policy_version: int | None = None) -> dict[str, float]:
         """One optimizer step on ``metas`` (every rank gets the same metadata); rank 0's metrics.
-        Tokens sampled by a policy version older than ``min_version`` carry no loss.
+        Tokens sampled by a policy version older than ``min_version`` carry no loss;
+        ``policy_version`` (the weights the trainer holds) splits the mismatch guard by lag.
         ``StepInputsLost`` when the ranks could not read the step's payload: every rank has then
         stopped before any gradient, and the step may be run again on other sequences."""
         import ray
         from ray.exceptions import RayTaskError
 
-        refs = [w.step.remote(list(metas), min_version) for w in self.workers]
+        refs = [w.step.remote(list(metas), min_version, policy_version) for w in self.workers]
         try:
             return ray.get(refs)[0]
         except RayTaskError as error:

@@ -110,6 +110,29 @@ def test_recipe_code_reading_an_old_path_is_told_the_new_one(read, new):
         _job().driver.nothing
 
 
+@pytest.mark.parametrize("old", sorted(p for p in MOVED if moved(p.rpartition(".")[0]) is None))
+def test_recipe_code_reading_or_setting_any_moved_path_is_told_the_new_one(old):
+    # The same table as --set: `config.warm_start.lr_schedule = "cosine"` in a two-day-old recipe
+    # raised a bare "'WarmStart' object has no attribute 'lr_schedule'" (issue 52).
+    new, entry = moved(old)
+    *parents, name = old.split(".")
+    said = f"config.{old} has moved to config.{new}"
+    with pytest.raises(AttributeError) as read:
+        getattr(_get(_job(), ".".join(parents)), name)
+    with pytest.raises(AttributeError) as written:
+        setattr(_get(_job(), ".".join(parents)), name, 1)
+    for error in (read, written):
+        assert said in str(error.value) and entry.note in str(error.value), error.value
+
+
+def test_a_moved_section_still_sets_its_fields_and_refuses_other_names_as_python_does():
+    config = _job()
+    config.warm_start.schedule = "cosine"
+    assert config.warm_start.schedule == "cosine"
+    with pytest.raises(AttributeError, match=r"^'WarmStart' object has no attribute 'nothing'$"):
+        config.warm_start.nothing = 1
+
+
 def test_a_mistyped_path_is_not_taken_for_a_moved_one():
     with pytest.raises(ConfigError, match=r"unknown key 'lrr'.*did you mean 'optim.lr'"):
         apply_overrides(_job(), ["optim.lrr=1"])
@@ -159,3 +182,12 @@ def test_a_list_is_taken_in_brackets_with_bare_words(override, tasks):
 def test_a_dict_is_taken_in_braces_with_bare_words():
     config = apply_overrides(_job(), ["sources[0].env.params={jitter: 0, theme: dark}"])
     assert config.sources[0].env.params == {"jitter": 0, "theme": "dark"}
+
+
+def test_configuration_doc_quotes_the_error_recipe_code_gets():
+    from pathlib import Path
+
+    with pytest.raises(AttributeError) as error:
+        _job().warm_start.lr_schedule = "cosine"
+    doc = (Path(__file__).parents[3] / "docs" / "configuration.md").read_text()
+    assert f"AttributeError: {error.value}\n" in doc
