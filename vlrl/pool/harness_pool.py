@@ -83,6 +83,16 @@ class HarnessPool:
         startup_timeout_s: Annotated[float, Gt(0)] = 120.0
         """Seconds for every host to start (and import its codebase) before start-up fails."""
 
+        max_programs_per_host: Annotated[int, Ge(1)] | None = None
+        """Agent programs (``DataSource.external``) one loop host runs at once, in training and
+        evaluation alike; the rest wait in the driver, their time limits not yet running (None:
+        twice the CPUs of the host's node: a program mostly waits on the policy, and two a core
+        keep the cores busy without a queue of runnable processes far beyond them)."""
+
+        max_programs: Annotated[int, Ge(1)] | None = None
+        """Agent programs the whole run runs at once, over every loop host (None: no bound beyond
+        ``max_programs_per_host``)."""
+
         def build(self, *, loop_setup: Callable[[], dict[str, Any]] | None = None) -> HarnessPool:
             return HarnessPool(self, loop_setup=loop_setup)
 
@@ -111,6 +121,9 @@ class HarnessPool:
             )
         self.book = RunBook()
         self._wait_ready(config.startup_timeout_s)
+        per_host = config.max_programs_per_host
+        cpus = [per_host] * self.loop.size if per_host else ray.get([h.cpus.remote() for h in self.loop.hosts()])
+        self.loop.bound_programs([per_host or 2 * n for n in cpus], config.max_programs)
 
     def sizes(self) -> dict[str, int]:
         return {LOOP_POOL: self.loop.size, **{name: pool.size for name, pool in self.envs.items()}}
@@ -190,7 +203,7 @@ class HarnessPool:
     async def _attempt(
         self, tenant: Tenant, run_id: str, codebase: str | None, settings: dict[str, Any]
     ) -> TenantOutcome:
-        loop_lease = await self.loop.acquire()
+        loop_lease = await self.loop.acquire(program=bool(getattr(tenant, "starts_program", False)))
         env_pool = self.envs[codebase] if codebase is not None else None
         env_lease: HostLease | None = await env_pool.acquire() if env_pool is not None else None
         try:

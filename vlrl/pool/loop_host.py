@@ -64,6 +64,10 @@ class LoopHost:
     async def pid(self) -> int:
         return os.getpid()
 
+    async def cpus(self) -> int:
+        """The CPUs this host's process may run on (its node's, less any affinity mask)."""
+        return len(os.sched_getaffinity(0))
+
     async def node_id(self) -> str:
         """The Ray node this host runs on (where a pool's hosts landed on a cluster)."""
         import ray

@@ -26,6 +26,10 @@ Status = Literal["ok", "failed", "timeout", "loop_host_died", "env_host_died", "
 
 
 class Tenant(Protocol):
+    """``async run(ctx)``; a tenant whose class sets ``starts_program = True`` starts a program of
+    the user's (an agent program) and holds one of the pool's program slots while it runs
+    (``HarnessPool.Config.max_programs_per_host``, ``max_programs``)."""
+
     async def run(self, ctx: TenantContext) -> Any: ...
 
 

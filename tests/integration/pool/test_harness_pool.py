@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +66,44 @@ class TogetherEpisode:
     async def run(self, ctx: TenantContext) -> Any:
         await self.barrier.arrive.remote()
         return await self.episode.run(ctx)
+
+
+@dataclass(frozen=True)
+class ProgramSleeper:
+    """A tenant that says it starts a program of the user's (as ``ExternalRun`` does), and returns
+    when it held its slot (monotonic clock: one clock for every process of the machine)."""
+
+    starts_program = True
+    seconds: float
+
+    async def run(self, ctx: TenantContext) -> tuple[float, float]:
+        started = time.monotonic()
+        await asyncio.sleep(self.seconds)
+        return started, time.monotonic()
+
+
+def _most_at_once(spans: list[tuple[float, float]]) -> int:
+    return max(sum(1 for a, b in spans if a <= start < b) for start, _ in spans)
+
+
+def test_agent_programs_run_at_most_the_bound_at_once_and_the_default_fits_the_machine(ray_session):
+    # Issue 52: evaluation started all 64 episodes' programs together on 2 cores.
+    budget = HostBudget(total_hosts=2, shares={"loop": 1})
+    pool = HarnessPool.Config(budget=budget).build()
+    try:
+        assert pool.loop.program_caps == [2 * len(os.sched_getaffinity(0))] * 2 and pool.loop.max_programs is None
+    finally:
+        pool.shutdown()
+    pool = HarnessPool.Config(budget=budget, max_programs_per_host=2, max_programs=3).build()
+    try:
+        outcomes = asyncio.run(pool.run_many([(ProgramSleeper(1.0), {})] * 9 + [(Sleeper(0.1), {})] * 3))
+        assert [o.status for o in outcomes] == ["ok"] * 12
+        programs = [o.value for o in outcomes[:9]]
+        by_host = {h: [o.value for o in outcomes[:9] if o.host == h] for h in (0, 1)}
+        assert _most_at_once(programs) == 3 and max(_most_at_once(spans) for spans in by_host.values() if spans) <= 2
+        assert pool.loop.programs == 0
+    finally:
+        pool.shutdown()
 
 
 def test_over_500_concurrent_tenants_on_four_hosts(ray_session):

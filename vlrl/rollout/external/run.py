@@ -38,6 +38,9 @@ def task_of(source: DataSource, seed: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ExternalRun:
+    starts_program = True
+    """The pool bounds how many run at once (``HarnessPool.Config.max_programs_per_host``)."""
+
     source: DataSource
     seed: int
     group_id: str
