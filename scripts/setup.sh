@@ -10,7 +10,8 @@ VENV=.venv
 # torch/torchvision: the pair this machine kind serves from local disk (CUDA build, runs on CPU).
 TORCH_PINS=(torch==2.14.1 torchvision==0.29.1)
 APT_PACKAGES=(chromium chromium-driver  # the browser and MiniWoB++ harnesses drive Debian's Chromium
-  xvfb openbox xdotool x11-utils mousepad galculator xterm pcmanfm)  # the xdesktop harness: a real X desktop
+  xvfb openbox xdotool x11-utils mousepad galculator xterm pcmanfm  # the xdesktop harness: a real X desktop
+  bubblewrap)  # the sandbox every real-program harness runs its programs in (vlrl.harness.sandbox)
 EXTRAS=${VLRL_EXTRAS:-dev}
 
 source scripts/uv_pip.sh

@@ -7,6 +7,12 @@ page costs ~0.1 s a reset where a new browser context and page cost ~0.35 s. The
 from the app's own state (``window.__state()``), read by the harness after every step and never
 shown to the agent.
 
+Chromium runs in a sandbox (``sandbox='bubblewrap'``, ``vlrl.harness.sandbox``) as an
+unprivileged user, with its own sandbox on (no ``--no-sandbox``), no network namespace of the
+host's (the apps are served by Playwright's routing, never over a socket), and memory, process
+and disk limits; a limit hit ends the episode as a failure naming it. ``sandbox='none'``
+launches it on the node, with one warning.
+
 Sync Playwright objects belong to the thread that made them, so the instance is ``thread_bound``:
 every call must come from the constructing thread, and calls from elsewhere are refused.
 """
@@ -17,6 +23,7 @@ import os
 import random
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from numbers import Integral
 from typing import Any
 
@@ -28,10 +35,13 @@ from harnesses.browser.oracle import POLICIES, Screen
 from harnesses.browser.site import check_assets, page_url, serve
 from harnesses.browser.tasks import FAMILIES, Episode
 from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult, int_setting, task_names
+from vlrl.harness.sandbox import Limits, check_available, open_sandbox, require, sandbox_setting
+from vlrl.harness.sandbox.executable import sandboxed_executable
+from vlrl.harness.sandbox.folders import instance_folder, remove_folder
 from vlrl.mm import decode_image
 
 CHROMIUM_ARGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--headless", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
     # Keyboard scrolls would otherwise animate, and a screenshot could catch them half way.
     "--disable-smooth-scrolling",
@@ -43,6 +53,7 @@ WIDTH_RANGE = (320, 3840)
 HEIGHT_RANGE = (240, 2160)
 PAGE_TIMEOUT_MS = 5000
 """Playwright's default is 30 s; the apps are local, so a wait that long only hides a bug."""
+NEEDED = ("isolates_files", "isolates_network", "isolates_processes", "limits_memory", "limits_processes")
 _STATE = "() => typeof window.__state === 'function' ? window.__state() : null"
 
 
@@ -58,6 +69,10 @@ class BrowserHarness(Harness):
         tasks: Sequence[str] | None = None,
         max_steps: int = 15,
         chromium_path: str | os.PathLike[str] = "/usr/bin/chromium",
+        sandbox: str = "bubblewrap",
+        sandbox_memory_mb: int = 2048,
+        sandbox_processes: int = 1024,
+        sandbox_disk_mb: int = 512,
     ) -> None:
         self.width = int_setting("browser", "width", width, *WIDTH_RANGE)
         self.height = int_setting("browser", "height", height, *HEIGHT_RANGE)
@@ -71,16 +86,35 @@ class BrowserHarness(Harness):
                 "install it (`apt-get install chromium`) or pass chromium_path"
             )
         check_assets()
+        self.sandbox = sandbox_setting("browser", sandbox)
+        self.limits = Limits(
+            memory_mb=int_setting("browser", "sandbox_memory_mb", sandbox_memory_mb, 256, 1 << 20),
+            processes=int_setting("browser", "sandbox_processes", sandbox_processes, 64, 1 << 20),
+            disk_mb=int_setting("browser", "sandbox_disk_mb", sandbox_disk_mb, 64, 1 << 20),
+        )
+        check_available("browser", self.sandbox)
         self._owner = threading.get_ident()
         self._rng = random.Random()
         self._episode: Episode | None = None
         self._ended = False
         self._steps = 0
-        playwright = driver.acquire()
+        self._root = instance_folder("vlrl-browser-")
+        self._box = open_sandbox(self.sandbox, f"{os.getpid()}-{self._root.name}", shared=[self._root / "box"], limits=self.limits)
+        playwright = None
         try:
-            self._browser = playwright.chromium.launch(executable_path=chromium_path, args=list(CHROMIUM_ARGS))
+            if self.sandbox != "none":
+                require("browser", self._box, NEEDED)
+            executable, args = self._chromium(chromium_path)
+            playwright = driver.acquire()
+            # Playwright passes --no-sandbox unless told otherwise.
+            self._browser = playwright.chromium.launch(
+                executable_path=executable, args=args, chromium_sandbox=self.sandbox != "none"
+            )
         except BaseException:
-            driver.release()
+            if playwright is not None:
+                driver.release()
+            self._box.close()
+            remove_folder(self._root)
             raise
         self._closed = False
         try:
@@ -103,7 +137,9 @@ class BrowserHarness(Harness):
         # A query URL always loads a new document, even when it equals the current one.
         self._page.goto(page_url(episode.page, episode.params))
         self._episode, self._steps, self._ended = episode, 0, False
-        return self._observe(), {"task": episode.family}
+        observation = self._observe()
+        self._box.check()
+        return observation, {"task": episode.family}
 
     def step(self, action: Action) -> StepResult:
         episode = self._active_episode()
@@ -117,7 +153,9 @@ class BrowserHarness(Harness):
         truncated = not terminated and self._steps >= self.max_steps
         self._ended = terminated or truncated
         info = {"task": episode.family, "success": solved, "steps": self._steps}
-        return self._observe(), float(solved), terminated, truncated, info
+        observation = self._observe()
+        self._box.check()
+        return observation, float(solved), terminated, truncated, info
 
     def oracle(self) -> Action:
         episode = self._active_episode()
@@ -133,6 +171,37 @@ class BrowserHarness(Harness):
             self._browser.close()
         finally:
             driver.release()
+            self._box.close()
+            remove_folder(self._root)
+
+    def _chromium(self, chromium_path: str) -> tuple[str, list[str]]:
+        """The executable Playwright starts and its arguments: a script that runs Chromium in the
+        sandbox with a profile in the instance's box (so every process of the instance names
+        that folder, ``processes``); as root without a sandbox, Chromium needs ``--no-sandbox``."""
+        box = self._root / "box"
+        home, profile = box / "home", box / "profile"
+        home.mkdir()
+        profile.mkdir()
+        self._box.own(box)
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "XDG_CONFIG_HOME": str(home / ".config"),
+               "XDG_CACHE_HOME": str(home / ".cache")}  # fmt: skip
+        script = sandboxed_executable(
+            self._box, chromium_path, self._root / "chromium", env=env, cwd=home, replace={"--user-data-dir": str(profile)}
+        )
+        unsandboxed_root = self.sandbox == "none" and os.geteuid() == 0
+        return str(script), [*CHROMIUM_ARGS, *(["--no-sandbox"] if unsandboxed_root else [])]
+
+    def processes(self) -> list[int]:
+        """The pids of the instance's live processes (Chromium's, and the sandbox's that entered it)."""
+        marker = f"{self._root}/".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and marker in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+        return found
 
     def _new_page(self) -> Page:
         context = self._browser.new_context(

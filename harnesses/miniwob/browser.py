@@ -5,6 +5,13 @@ this module owns the processes, the task page, and reading the page back (screen
 reward). One browser serves every task: switching task loads another page (~0.1 s) instead of
 starting another Chromium (~0.5 s).
 
+Chromium runs in a sandbox (``vlrl.harness.sandbox``, default ``bubblewrap``) as an
+unprivileged user, with its own sandbox on, seeing the system and the task pages read-only and
+its profile folder, under memory, process and disk limits. It shares the host's network
+namespace: ChromeDriver, on the host, reaches it over loopback TCP (its DevTools port). The
+pages are local files and the policy only clicks and types into them, but unlike ``browser`` a
+page here could reach the host's loopback services.
+
 Everything the browser writes (profile, crash database) lives in one temporary directory whose
 path appears on the command line of every Chromium process, including the crash handlers that
 re-parent themselves to init; that is how ``processes()`` finds them all and ``close()`` leaves
@@ -19,7 +26,6 @@ import io
 import os
 import shutil
 import signal
-import tempfile
 import time
 import weakref
 from pathlib import Path
@@ -38,10 +44,12 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
 from vlrl.harness import HarnessError
+from vlrl.harness.sandbox import Limits, Sandbox, open_sandbox, require
+from vlrl.harness.sandbox.executable import sandboxed_executable
+from vlrl.harness.sandbox.folders import instance_folder, remove_folder
 
 CHROMIUM_FLAGS = (
     "--headless",
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-background-networking",
     "--disable-component-update",
@@ -53,6 +61,9 @@ CHROMIUM_FLAGS = (
     "--force-device-scale-factor=1",
     "--window-size=800,600",
 )
+
+NEEDED = ("isolates_files", "isolates_processes", "limits_memory", "limits_processes")
+"""What the default sandbox must give: network stays shared with ChromeDriver (module docstring)."""
 
 TASK_NAMES: tuple[str, ...] = tuple(sorted(path.stem for path in (HTML_DIR / "miniwob").glob("*.html")))
 """MiniWoB++ tasks served from files. The ``flight.*`` tasks need an HTTP server and a larger
@@ -69,25 +80,50 @@ class MiniWoBBrowser:
     """A Chromium tab on one MiniWoB task page at a time. Not thread-safe: one caller at a time,
     from any thread (Selenium speaks HTTP to ChromeDriver; nothing is tied to a thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, sandbox: str = "bubblewrap", limits: Limits = Limits()) -> None:
         chromium = _executable("MINIWOB_CHROME_BINARY", ("chromium", "chromium-browser", "google-chrome"))
         chromedriver = _executable("MINIWOB_CHROMEDRIVER", ("chromedriver",))
-        self._home = tempfile.mkdtemp(prefix="vlrl-miniwob-")
+        root = instance_folder("vlrl-miniwob-")
+        self._home = str(root)
+        box = root / "box"
+        self.sandbox: Sandbox = open_sandbox(
+            sandbox, f"{os.getpid()}-{root.name}", shared=[box], readonly=[HTML_DIR], limits=limits, network=True
+        )
+        try:
+            if sandbox != "none":
+                require("miniwob", self.sandbox, NEEDED)
+            binary, flags = self._chromium(chromium, sandbox, box)
+        except BaseException:
+            self.sandbox.close()
+            remove_folder(root)
+            raise
         options = webdriver.ChromeOptions()
-        options.binary_location = chromium
-        for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={self._home}/profile"):
+        options.binary_location = binary
+        for flag in (*flags, f"--user-data-dir={box}/profile"):
             options.add_argument(flag)
         # Chromium puts its crash database under XDG_CONFIG_HOME: keep it (and the marker) in our dir.
-        service = Service(executable_path=chromedriver, env={**os.environ, "XDG_CONFIG_HOME": self._home})
+        service = Service(executable_path=chromedriver, env={**os.environ, "XDG_CONFIG_HOME": str(box)})
         try:
             self.driver = webdriver.Chrome(service=service, options=options)
         except WebDriverException as error:
-            shutil.rmtree(self._home, ignore_errors=True)
+            self.sandbox.close()
+            remove_folder(root)
             raise HarnessError(f"cannot start Chromium {chromium} through {chromedriver}: {error.msg}") from error
         self._service = service
         self.driver_pid: int = service.process.pid
-        self._finalizer = weakref.finalize(self, _shut_down, self.driver, self._home)
+        self._finalizer = weakref.finalize(self, _shut_down, self.driver, self._home, self.sandbox)
         self.task: str | None = None
+
+    def _chromium(self, chromium: str, sandbox: str, box: Path) -> tuple[str, tuple[str, ...]]:
+        """What ChromeDriver starts: a script entering the sandbox, or (``sandbox='none'``)
+        Chromium itself, which as root needs ``--no-sandbox``."""
+        if sandbox == "none":
+            return chromium, (*CHROMIUM_FLAGS, *(["--no-sandbox"] if os.geteuid() == 0 else []))
+        (box / "profile").mkdir()
+        self.sandbox.own(box)
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(box), "LANG": "C.UTF-8", "XDG_CONFIG_HOME": str(box)}
+        script = sandboxed_executable(self.sandbox, chromium, Path(self._home) / "chromium", env=env, cwd=box)
+        return str(script), CHROMIUM_FLAGS
 
     def open(self, task: str) -> None:
         """Show ``task``'s page (no-op when it is already shown and was not navigated away from)."""
@@ -160,7 +196,7 @@ class MiniWoBBrowser:
         self._finalizer()
 
 
-def _shut_down(driver: webdriver.Chrome, home: str) -> None:
+def _shut_down(driver: webdriver.Chrome, home: str, sandbox: Sandbox) -> None:
     """Quit through ChromeDriver (``quit`` also stops ChromeDriver, even a dead one), then kill
     whatever Chromium process is left, as when ChromeDriver had died. A process is ours when its
     command line holds our own temporary directory, so no other process can be hit."""
@@ -171,7 +207,8 @@ def _shut_down(driver: webdriver.Chrome, home: str) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.05)
-    shutil.rmtree(home, ignore_errors=True)
+    sandbox.close()
+    remove_folder(Path(home))
 
 
 def _executable(env_var: str, names: tuple[str, ...]) -> str:

@@ -33,6 +33,7 @@ from harnesses.miniwob.browser import TASK_NAMES, MiniWoBBrowser
 from harnesses.miniwob.oracle import POLICIES
 from vlrl.config import ConfigError, Ge, Gt, Le, NonEmpty, validate
 from vlrl.harness import Action, Harness, HarnessError, Observation, StepResult
+from vlrl.harness.sandbox import Limits, check_available
 
 DEFAULT_TASKS: tuple[str, ...] = tuple(POLICIES)
 """Simple tasks the oracle solves, so every default task has a demonstration."""
@@ -72,6 +73,13 @@ class MiniWoBHarness(Harness):
         """Steps before an episode is truncated."""
         time_limit_s: Annotated[float, Gt(0)] | None = None
         """MiniWoB's wall-clock episode limit; None keeps each task's own (10 s for most)."""
+        sandbox: Literal["bubblewrap", "none"] = "bubblewrap"
+        """Where Chromium runs: "bubblewrap", a sandbox as an unprivileged user with its own
+        sandbox on (``vlrl.harness.sandbox``); "none", on the node (one warning a process)."""
+        sandbox_memory_mb: Annotated[int, Ge(256)] = 2048
+        sandbox_processes: Annotated[int, Ge(64)] = 1024
+        """Tasks (threads count) the sandbox may hold."""
+        sandbox_disk_mb: Annotated[int, Ge(64)] = 512
 
         def check(self) -> None:
             unknown = [task for task in self.tasks or () if task not in TASK_NAMES]
@@ -95,7 +103,13 @@ class MiniWoBHarness(Harness):
         self.height = TASK_HEIGHT * self.config.scale
         self._rng = random.Random()
         self._episode: _Episode | None = None
-        self.browser = MiniWoBBrowser()
+        check_available("miniwob", self.config.sandbox)
+        limits = Limits(
+            memory_mb=self.config.sandbox_memory_mb,
+            processes=self.config.sandbox_processes,
+            disk_mb=self.config.sandbox_disk_mb,
+        )
+        self.browser = MiniWoBBrowser(sandbox=self.config.sandbox, limits=limits)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -121,7 +135,9 @@ class MiniWoBHarness(Harness):
         self.browser.begin(page_seed, limit_ms)
         self._episode = _Episode(task=task, goal=self.browser.utterance())
         info = {"task": task, "seed": page_seed, "time_limit_s": self.browser.time_limit_s()}
-        return self._observe(), info
+        observation = self._observe()
+        self.browser.sandbox.check()
+        return observation, info
 
     def step(self, action: Action) -> StepResult:
         episode = self._episode
@@ -137,6 +153,7 @@ class MiniWoBHarness(Harness):
         else:
             perform(self.browser.driver, action, self.config.scale)
         episode.steps += 1
+        self.browser.sandbox.check()
         status = self.browser.status()
         terminated = bool(status["done"])
         truncated = not terminated and episode.steps >= self.config.max_steps

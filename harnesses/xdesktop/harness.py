@@ -7,6 +7,12 @@ the screen once it has settled. The reward is the family's evaluator on the real
 saved file, the folder, the application's config), read after every step and never shown to the
 agent. The instance is ``thread_bound``: its processes die with the thread that started them.
 
+Its programs run in a sandbox (``sandbox='bubblewrap'``, ``vlrl.harness.sandbox``): a typed
+command line runs as an unprivileged user that sees only the session's box and the read-only
+system, with no network and with memory, process and disk limits. A limit hit ends the episode
+as a failure naming the limit (``SandboxLimitError``), and the pool replaces the instance.
+``sandbox='none'`` runs them on the node, with one warning.
+
 It is a ``real_desktop``: system chords and typed command lines are refused before they reach the
 session (``vlrl.harness.key_policy``). The ``allow_chords`` setting lets named chords through
 (``["alt+tab"]``), ``guard_actions=False`` turns the rules off, and a terminal family lets its
@@ -26,6 +32,10 @@ from harnesses.xdesktop.session import XSession, check_packages
 from harnesses.xdesktop.tasks import FAMILIES, Episode
 from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult, int_setting, task_names
 from vlrl.harness.key_policy import KeyPolicy, chord_setting
+from vlrl.harness.sandbox import Limits, check_available, require, sandbox_setting
+
+NEEDED = ("isolates_files", "isolates_network", "isolates_processes", "limits_memory", "limits_processes")
+"""What the default sandbox must give this harness: a shell reaches the policy."""
 
 WIDTH_RANGE = (640, 3840)
 HEIGHT_RANGE = (480, 2160)
@@ -45,6 +55,10 @@ class XDesktopHarness(Harness):
         max_steps: int = 15,
         allow_chords: Sequence[str] = (),
         guard_actions: bool = True,
+        sandbox: str = "bubblewrap",
+        sandbox_memory_mb: int = 1024,
+        sandbox_processes: int = 256,
+        sandbox_disk_mb: int = 256,
     ) -> None:
         self.width = int_setting("xdesktop", "width", width, *WIDTH_RANGE)
         self.height = int_setting("xdesktop", "height", height, *HEIGHT_RANGE)
@@ -56,12 +70,25 @@ class XDesktopHarness(Harness):
         if tasks is not None:
             self.tasks = task_names("xdesktop", tasks, tuple(FAMILIES))
         check_packages()
+        self.sandbox = sandbox_setting("xdesktop", sandbox)
+        self.limits = Limits(
+            memory_mb=int_setting("xdesktop", "sandbox_memory_mb", sandbox_memory_mb, 128, 1 << 20),
+            processes=int_setting("xdesktop", "sandbox_processes", sandbox_processes, 32, 1 << 20),
+            disk_mb=int_setting("xdesktop", "sandbox_disk_mb", sandbox_disk_mb, 16, 1 << 20),
+        )
+        check_available("xdesktop", self.sandbox)
         self._rng = random.Random()
         self._episode: Episode | None = None
         self._oracle_step = 0
         self._steps = 0
         self._ended = False
-        self._session: XSession | None = XSession(self.width, self.height)
+        self._session: XSession | None = XSession(self.width, self.height, sandbox=self.sandbox, limits=self.limits)
+        if self.sandbox != "none":
+            try:
+                require("xdesktop", self._session.sandbox, NEEDED)
+            except BaseException:
+                self.close()
+                raise
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
         session = self._usable()
@@ -77,7 +104,9 @@ class XDesktopHarness(Harness):
         session.park_pointer()
         episode = FAMILIES[name].setup(self._rng, session)
         self._episode, self._oracle_step, self._steps, self._ended = episode, 0, 0, False
-        return self._observe(), {"task": name}
+        observation = self._observe()
+        session.sandbox.check()
+        return observation, {"task": name}
 
     def step(self, action: Action) -> StepResult:
         episode, session = self._active()
@@ -87,6 +116,7 @@ class XDesktopHarness(Harness):
         perform(session.env(), action)
         self._steps += 1
         observation = self._observe()
+        session.sandbox.check()
         solved = bool(episode.check(session))
         terminated = solved or action.kind in ("done", "fail")
         truncated = not terminated and self._steps >= self.max_steps

@@ -1,27 +1,35 @@
-"""``XSession``: one private X desktop (Xvfb, a window manager, the apps a task launches) and the
-sandbox home folder its applications see.
+"""``XSession``: one private X desktop (Xvfb, a window manager, the apps a task launches) in a
+sandbox of its own, and the home folder its applications see.
 
-Isolation: every session has its own display number (``Xvfb -displayfd`` picks a free one) with
-``-nolisten tcp`` (only local Unix-socket clients), its own ``HOME`` and XDG folders inside a
-fresh temporary directory, and an environment that names only these. Clean-up: every process is
-started in its own process group and, with ``PR_SET_PDEATHSIG``, is killed by the kernel when the
-thread that started it dies, so nothing outlives ``close()`` or a killed env host (the harness is
-``thread_bound``: its thread lives as long as the instance). ``close()`` kills the process groups
-and removes the folder; should the host process die instead, a reaper (a shell polling the
-host's pid every half second) removes the folder after it, and where the reaper died with the
-host (Ray kills a dead worker's whole process tree) the next session on the machine sweeps the
-folders of hosts that are gone (a folder's name carries its host's pid).
+Containment (``vlrl.harness.sandbox``, default ``bubblewrap``): every program of the session runs
+in the instance's sandbox, as an unprivileged user with no capabilities, in its own user, mount,
+pid and network namespaces, under its cgroup's memory and process limits; it sees the system
+read-only and the session's box (home, runtime folder, logs: a size-limited tmpfs) read-write,
+nothing else of the host. The X server listens only inside (``-nolisten tcp``, its socket in the
+sandbox's private ``/tmp``); the host's side (the harness's screenshots and ``xdotool`` input)
+reaches it through a display number reserved on the host the way X servers reserve them (a
+``/tmp/.X<n>-lock`` file) and a link from ``/tmp/.X11-unix/X<n>`` to the socket inside. No
+instance can reach another's display: it sees neither the host's ``/tmp`` nor its abstract
+sockets. With ``sandbox='none'`` the programs run on the host as before (one warning a process).
+
+Clean-up: every process is started in its own process group and, with ``PR_SET_PDEATHSIG``, is
+killed by the kernel when the thread that started it dies, so nothing outlives ``close()`` or a
+killed env host (the harness is ``thread_bound``: its thread lives as long as the instance); the
+sandbox's pid namespace dies with it. ``close()`` kills the process groups, the sandbox and
+removes the folder; should the host process die instead, a reaper (a shell polling the host's
+pid every half second) removes the folder after it, and where the reaper died with the host (Ray
+kills a dead worker's whole process tree) the next session on the machine sweeps the folders,
+display links and cgroups of hosts that are gone (a folder's name carries its host's pid).
 """
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import os
 import select
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +37,8 @@ from pathlib import Path
 import psutil
 
 from vlrl.harness import HarnessError
+from vlrl.harness.sandbox import Limits, Sandbox, open_sandbox
+from vlrl.harness.sandbox.folders import alive, instance_folder, remove_folder
 
 PACKAGES = {
     "Xvfb": "xvfb",
@@ -73,12 +83,14 @@ path-in-title=false
 """Applications' settings through GLib's keyfile backend, inside the sandbox (no dconf daemon):
 the title shows no sandbox path, so every instance shows the same screen for the same seed."""
 
-_REAPER = 'while kill -0 "$0" 2>/dev/null; do sleep 0.5; done; rm -rf -- "$1"'
+_REAPER = 'while kill -0 "$0" 2>/dev/null; do sleep 0.5; done; umount -l "$1/box" 2>/dev/null; rm -rf -- "$1"'
 """Removes the session folder once the host process (pid ``$0``) is gone."""
 
-_PREFIX = "vlrl-xdesktop-"
+_X11_DIR = Path("/tmp/.X11-unix")
+_DISPLAYS = range(100, 1000)
+"""Display numbers reserved for sandboxed sessions (below 100 are left to the machine's own)."""
 
-_PR_SET_PDEATHSIG = 1
+_PREFIX = "vlrl-xdesktop-"
 
 
 def check_packages() -> None:
@@ -93,19 +105,23 @@ def check_packages() -> None:
 
 
 class XSession:
-    def __init__(self, width: int, height: int) -> None:
+    def __init__(self, width: int, height: int, *, sandbox: str = "bubblewrap", limits: Limits = Limits()) -> None:
         self.width, self.height = width, height
-        _sweep_orphans()
-        self.root = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
-        self.home = self.root / "home"
+        _sweep_displays()
+        self.root = instance_folder(_PREFIX)
+        self.box = self.root / "box"
+        self.home = self.box / "home"
         self._system: list[subprocess.Popen] = []
         self._apps: list[subprocess.Popen] = []
         self._closed = False
+        self._reserved: int | None = None
         self._reaper = subprocess.Popen(
             ["sh", "-c", _REAPER, str(os.getpid()), str(self.root)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         try:
+            self.sandbox: Sandbox = open_sandbox(sandbox, f"{os.getpid()}-{self.root.name}", shared=[self.box], limits=limits)
+            (self.box / "logs").mkdir(exist_ok=True)
             self.fresh_home()
             self.display = self._start_xvfb()
             self._system.append(self._spawn(["openbox"], self._system_log("openbox")))
@@ -125,8 +141,9 @@ class XSession:
         (self.home / ".config/gtk-3.0/settings.ini").write_text(_GTK_SETTINGS)
         (self.home / ".config/openbox/rc.xml").write_text(_OPENBOX_RC)
         (self.home / ".config/glib-2.0/settings/keyfile").write_text(_GSETTINGS)
-        runtime = self.root / "runtime"
+        runtime = self.box / "runtime"
         runtime.mkdir(mode=0o700, exist_ok=True)
+        self.sandbox.own(self.box)
 
     def env(self) -> dict[str, str]:
         """The environment of every process of the session: its display and folders only."""
@@ -139,7 +156,7 @@ class XSession:
             "XDG_CONFIG_HOME": str(self.home / ".config"),
             "XDG_DATA_HOME": str(self.home / ".local/share"),
             "XDG_CACHE_HOME": str(self.home / ".cache"),
-            "XDG_RUNTIME_DIR": str(self.root / "runtime"),
+            "XDG_RUNTIME_DIR": str(self.box / "runtime"),
             "NO_AT_BRIDGE": "1",  # no accessibility bus to look for
             "GTK_OVERLAY_SCROLLING": "0",
             "GSETTINGS_BACKEND": "keyfile",
@@ -148,8 +165,10 @@ class XSession:
     # -- applications
 
     def launch(self, argv: Sequence[str], *, cwd: Path | None = None) -> subprocess.Popen:
-        """Start an application of the task in the session (killed by ``kill_apps`` and ``close``)."""
-        log = self.root / f"app-{len(self._apps)}.log"
+        """Start an application of the task in the session (killed by ``kill_apps`` and ``close``).
+        What the task wrote into the home folder is handed to the sandbox's user first."""
+        self.sandbox.own(self.home)
+        log = self._system_log(f"app-{len(self._apps)}")
         process = self._spawn(list(argv), log, cwd=cwd or self.home)
         self._apps.append(process)
         return process
@@ -161,7 +180,7 @@ class XSession:
         for process in self._apps:
             _kill_group(process)
         self._apps.clear()
-        _kill_by_home(str(self.home), keep={p.pid for p in self._system})
+        _kill_by_home(str(self.home), keep=_with_descendants(self._system))
 
     def park_pointer(self) -> None:
         """Move the pointer to the screen's bottom-right corner (the last episode left it anywhere),
@@ -182,16 +201,22 @@ class XSession:
             _kill_group(process)
         self._system.clear()
         _kill_by_home(str(self.home), keep=set())
-        shutil.rmtree(self.root, ignore_errors=True)
+        if hasattr(self, "sandbox"):
+            self.sandbox.close()
+        self._release_display()
+        remove_folder(self.root)
         _kill_group(self._reaper)
 
     # -- internals
 
     def _start_xvfb(self) -> str:
+        """Start the X server; its display number once it is ready. In a sandbox the number is
+        reserved on the host first and the host's socket path linked to the one inside."""
         read_end, write_end = os.pipe()
         try:
+            number = [] if not self.sandbox.capabilities.isolates_files else [f":{self._reserve_display()}"]
             argv = [
-                "Xvfb", "-displayfd", str(write_end), "-screen", "0", f"{self.width}x{self.height}x24",
+                "Xvfb", *number, "-displayfd", str(write_end), "-screen", "0", f"{self.width}x{self.height}x24",
                 "-nolisten", "tcp", "-noreset", "-nocursor",
             ]  # fmt: skip
             process = self._spawn(argv, self._system_log("xvfb"), pass_fds=(write_end,))
@@ -204,9 +229,35 @@ class XSession:
             if write_end >= 0:
                 os.close(write_end)
         if not number.isdigit():
-            log = (self.root / "xvfb.log").read_text(errors="replace")[-500:]
+            log = self._system_log("xvfb").read_text(errors="replace")[-500:]
             raise HarnessError(f"Xvfb did not start within {START_TIMEOUT_S:.0f} s: {log or 'no output'}")
+        if self._reserved is not None:
+            (_X11_DIR / f"X{number}").symlink_to(self.sandbox.host_path(f"/tmp/.X11-unix/X{number}"))
         return f":{number}"
+
+    def _reserve_display(self) -> int:
+        """A display number no X server of the host uses or will take (its lock file is ours)."""
+        _X11_DIR.mkdir(mode=0o1777, exist_ok=True)
+        for number in _DISPLAYS:
+            try:
+                fd = os.open(f"/tmp/.X{number}-lock", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "w") as lock:
+                lock.write(f"{os.getpid():>10}\n")
+            if os.path.lexists(_X11_DIR / f"X{number}"):
+                os.unlink(f"/tmp/.X{number}-lock")
+                continue
+            self._reserved = number
+            return number
+        raise HarnessError(f"no free X display number in {_DISPLAYS.start}-{_DISPLAYS.stop - 1} on this machine")
+
+    def _release_display(self) -> None:
+        if self._reserved is not None:
+            for path in (_X11_DIR / f"X{self._reserved}", Path(f"/tmp/.X{self._reserved}-lock")):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            self._reserved = None
 
     def _wait_for_window_manager(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -219,26 +270,16 @@ class XSession:
             if self._system[-1].poll() is not None:
                 break
             time.sleep(0.05)
-        raise HarnessError(f"openbox did not start on {self.display}: {(self.root / 'openbox.log').read_text()[-500:]}")
+        raise HarnessError(f"openbox did not start on {self.display}: {self._system_log('openbox').read_text()[-500:]}")
 
     def _system_log(self, name: str) -> Path:
-        return self.root / f"{name}.log"
+        """In the box: a program that floods its output fills the box's tmpfs, not the host's disk."""
+        return self.box / "logs" / f"{name}.log"
 
     def _spawn(
         self, argv: list[str], log: Path, *, cwd: Path | None = None, pass_fds: tuple[int, ...] = ()
     ) -> subprocess.Popen:
-        with open(log, "ab") as out:
-            return subprocess.Popen(
-                argv,
-                env=self.env(),
-                cwd=cwd or self.root,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                pass_fds=pass_fds,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+        return self.sandbox.spawn(argv, env=self.env(), cwd=cwd or self.home, log=log, pass_fds=pass_fds)
 
 
 def _read_line(fd: int, timeout_s: float) -> str:
@@ -255,6 +296,16 @@ def _read_line(fd: int, timeout_s: float) -> str:
     return data.decode().strip()
 
 
+def _with_descendants(processes: list[subprocess.Popen]) -> set[int]:
+    """The pids of ``processes`` and of everything they started (in a sandbox, the program
+    itself is the child of the ``nsenter`` that entered it)."""
+    pids = {p.pid for p in processes}
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            pids |= {child.pid for child in psutil.Process(process.pid).children(recursive=True)}
+    return pids
+
+
 def _kill_by_home(home: str, keep: set[int]) -> None:
     marker = f"HOME={home}"
     for process in psutil.process_iter():
@@ -267,26 +318,16 @@ def _kill_by_home(home: str, keep: set[int]) -> None:
             pass
 
 
-def _sweep_orphans() -> None:
-    """Remove the session folders of host processes that no longer exist."""
-    for folder in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*-*"):
-        pid = folder.name[len(_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _sweep_displays() -> None:
+    """Remove the display reservations of sandboxes that are gone."""
+    for link in _X11_DIR.glob("X*") if _X11_DIR.is_dir() else ():
+        if link.is_symlink() and not link.exists():  # into a sandbox that is gone
+            lock = Path(f"/tmp/.{link.name}-lock")
+            owner = lock.read_text().strip() if lock.exists() else ""
+            if not (owner.isdigit() and alive(int(owner))):
+                for path in (link, lock):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
 
 
 def _kill_group(process: subprocess.Popen) -> None:

@@ -19,3 +19,40 @@ def memory_mb(pid: int | None = None) -> dict[str, float]:
         if name in _FIELDS:
             out[_FIELDS[name]] = int(rest.split()[0]) / 1024  # kB
     return out
+
+
+def tree_memory_mb(pids: list[int], field: str = "pss_mb") -> float:
+    """``field`` of ``memory_mb`` summed over ``pids`` and every process they started (a sandbox's
+    programs are children of the ``nsenter`` that entered them); processes gone meanwhile count 0."""
+    total = 0.0
+    for pid in _tree(pids):
+        try:
+            total += memory_mb(pid)[field]
+        except OSError:
+            pass
+    return total
+
+
+def tree_uids(pids: list[int]) -> set[int]:
+    """The real uids of ``pids`` and every process they started."""
+    import psutil
+
+    uids = set()
+    for pid in _tree(pids):
+        try:
+            uids.add(psutil.Process(pid).uids().real)
+        except psutil.NoSuchProcess:
+            pass
+    return uids
+
+
+def _tree(pids: list[int]) -> set[int]:
+    import psutil
+
+    tree: set[int] = set()
+    for pid in pids:
+        try:
+            tree |= {pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))}
+        except psutil.NoSuchProcess:
+            pass
+    return tree

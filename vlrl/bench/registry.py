@@ -78,6 +78,12 @@ BENCHMARKS: dict[str, Benchmark] = {
             "vlrl.bench.async_bench",
         ),
         Benchmark(
+            "learning",
+            "the main job's held-out curve on 2-3 task seeds from one warm start against the recorded one:"
+            " never below the warm start by more than 0.05 from step 10 on (run after touching driver, loss, engine, trainer)",
+            "vlrl.bench.learning_bench",
+        ),
+        Benchmark(
             "tiles",
             "screenshots stored and shipped as content-addressed tiles on real trajectories: bytes vs raw and PNG,"
             " fetch vs PNG decode, bytes shipped per turn",
@@ -93,6 +99,12 @@ BENCHMARKS: dict[str, Benchmark] = {
             "xdesktop",
             "a real X desktop instance per task family: reset, step, RSS; a reused instance vs one per episode",
             "vlrl.bench.xdesktop_bench",
+        ),
+        Benchmark(
+            "sandbox",
+            "what the bubblewrap sandbox costs a real-program instance (xdesktop, browser): start, reset, step,"
+            " memory, against sandbox='none' side by side",
+            "vlrl.bench.sandbox_bench",
         ),
     ]
 }

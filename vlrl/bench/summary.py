@@ -73,6 +73,10 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("books_exact", "runs whose group books balanced after every step"),
         ("keys_left", "store keys left after close, all runs together (0: nothing leaked)"),
     ),
+    "learning": (
+        ("lowest_below_warm", "largest fall below the warm start from step 10 on, any seed (bar: 0.05)"),
+        ("last*", "held-out success at the end, min and max over the seeds (bar at full size: 0.85)"),
+    ),
     "rollout": (
         ("vllm_over_embedded_*", "the main job's rollouts, vLLM / embedded engine (median)"),
     ),
@@ -91,6 +95,12 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
     "xdesktop": (
         ("*warm_over_cold", "reset of a reused instance / a new instance per episode (lower is better)"),
         ("*rss_mb*", "MB resident per instance (X server, window manager, apps)"),
+    ),
+    "sandbox": (
+        ("*start_s_ratio", "new instance to first observation, sandbox / none (medians)"),
+        ("*step_s_ratio", "oracle step, sandbox / none"),
+        ("*reset_s_ratio", "reset of a reused instance, sandbox / none"),
+        ("*pss_mb_ratio", "memory of the instance's process tree, sandbox / none"),
     ),
 }
 

@@ -5,8 +5,8 @@ family's oracle episodes, measured where the cost is paid:
 
 - ``reset_s`` / ``step_s``: wall time of ``reset`` (kill the last apps, fresh sandbox, launch and
   wait for the task's windows) and of one oracle ``step`` (XTest input, then the screen settling);
-- ``rss_mb``: resident memory of the instance's processes (X server, window manager and the
-  applications running at the episode's end), summed from ``/proc``;
+- ``rss_mb``: resident memory of the instance's process tree (X server, window manager and the
+  applications running at the episode's end, entered into its sandbox), summed from ``/proc``;
 - ``cold_start_s``: the same family's first episode on a new instance every time (start Xvfb and
   openbox, then reset), what one instance per rollout would pay, beside ``reset_s`` of a warm,
   reused instance: ``warm_over_cold`` is their ratio of medians (lower is better).
@@ -21,8 +21,7 @@ import statistics
 import time
 from typing import Any
 
-import psutil
-
+from vlrl.bench.proc_memory import tree_memory_mb
 from vlrl.bench.spread import spread
 
 EPISODES = {"smoke": 1, "small": 2, "full": 8}
@@ -51,7 +50,7 @@ def run(size: str = "small") -> dict[str, Any]:
                     if terminated or truncated:
                         break
                 solved += bool(info["success"])
-                rss.append(sum(_rss_mb(p.pid) for p in harness.processes()))
+                rss.append(tree_memory_mb([p.pid for p in harness.processes()], "rss_mb"))
         finally:
             harness.close()
         cold = [_cold_start(XDesktopHarness, family, seed) for seed in range(episodes)]
@@ -75,11 +74,3 @@ def _cold_start(factory: Any, family: str, seed: int) -> float:
         return time.perf_counter() - started
     finally:
         harness.close()
-
-
-def _rss_mb(pid: int) -> float:
-    try:
-        return psutil.Process(pid).memory_info().rss / 2**20
-    except psutil.NoSuchProcess:
-        return 0.0
-

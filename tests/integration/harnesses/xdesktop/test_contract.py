@@ -45,7 +45,7 @@ def test_a_refused_action_is_an_action_error_and_runs_nothing():
             harness.step(Action.key("alt", "f4"))
         with pytest.raises(ActionError, match="rule 'no commands'"):
             harness.step(Action.type("rm -rf ~\n"))  # no terminal task: typed lines stay out
-        assert any(p.args[0] == "mousepad" for p in harness.processes())  # the window is still there
+        assert any("mousepad" in p.args for p in harness.processes())  # the window is still there
     finally:
         harness.close()
 
