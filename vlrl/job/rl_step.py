@@ -27,7 +27,7 @@ async def train_on(
     retries = 0
     while True:
         try:
-            return batch, await asyncio.to_thread(group.step, batch.sequences, batch.min_version)
+            return batch, await asyncio.to_thread(group.step, batch.sequences, batch.min_version, version)
         except StepInputsLost:
             retries += 1
             if retries > STEP_INPUT_RETRIES:

@@ -42,6 +42,7 @@ from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY
 from vlrl.train.lora import LoRA
 from vlrl.train.loss import PolicyLoss
+from vlrl.train.mismatch import engine_noise, lag0_threshold
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer_group import TrainerGroup
 
@@ -80,6 +81,14 @@ def trained_rate(config: Any, optim: Optimizer.Config) -> Optimizer.Config:
     if config.model_path != TINY:
         return optim
     return replace(optim, lr=optim.lr * config.tiny.resolved_rate_scale())
+
+
+def guarded(config: Any, loss: PolicyLoss.Config) -> PolicyLoss.Config:
+    """``loss`` with the lag-0 threshold of its mismatch guard set from the run's engine
+    (``train.mismatch.lag0_threshold``) where the config leaves it None."""
+    if loss.mismatch_warn_lag0 is not None:
+        return loss
+    return replace(loss, mismatch_warn_lag0=lag0_threshold(engine_noise(config.engine.dtype)))
 
 
 class JobSession:
@@ -204,7 +213,7 @@ class JobSession:
             store_config=c.store,
             layout=c.layout,
             optim=trained_rate(c, c.optim if optim is None else optim),
-            loss=c.loss if loss is None else loss,
+            loss=guarded(c, c.loss if loss is None else loss),
             micro_batches=c.micro_batches,
             steps=c.steps if steps is None else steps,
             lora=c.lora if lora is None else lora,

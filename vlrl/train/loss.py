@@ -220,9 +220,17 @@ class PolicyLoss:
         from the trainer's router (``train.moe``). The embedded engine only, MoE families only."""
 
         mismatch_warn: Annotated[float, Gt(0)] | None = 1.0
-        """A turn whose mean ``|logp_train - logp_rollout|`` over its loss tokens exceeds this is
-        logged as a warning naming the sequence, the turn and its images (``train.mismatch``);
-        None: never. The mismatch metrics are reported either way."""
+        """A turn sampled by older weights than the trainer's (lag >= 1: rollouts ahead of training)
+        whose mean ``|logp_train - logp_rollout|`` over its loss tokens exceeds this is logged as a
+        warning naming the sequence, the turn and its images (``train.mismatch``); at lag >= 1 the
+        gap holds the policy's own change, so the bound is loose. None: no warning at any lag. The
+        mismatch metrics are reported either way."""
+
+        mismatch_warn_lag0: Annotated[float, Gt(0)] | None = None
+        """The same for a turn sampled by the weights the trainer holds (lag 0), where the gap is
+        the engine's kernels against the trainer's. None: from the engine's measured noise
+        (``train.mismatch.lag0_threshold``; the training job sets it from its engine, a trainer
+        built alone uses ``LAG0_FLOOR``, 1e-3, for the embedded engine in float32)."""
 
         def check(self) -> None:
             if self.kind == "sft" and self.tis_cap is not None:

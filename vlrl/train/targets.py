@@ -66,6 +66,7 @@ class MicroBatchInputs:
     turn_ids: np.ndarray  # (S,) reply turn of the target within its sequence, 0-based (-1 off the mask)
     turn_first_image: np.ndarray  # (S,) ordinal of the first image of that turn's prompt in its sequence
     turn_images: np.ndarray  # (S,) images of that turn's prompt, since the previous turn (0: none)
+    target_positions: np.ndarray  # (S,) the target's position in its own sequence (q's + 1)
 
     def sampled_distribution(self, device: torch.device) -> dict[str, Any]:
         """``token_logprobs_and_entropy``'s ``temperature`` and ``nucleus`` for these targets: the
@@ -142,6 +143,7 @@ def micro_batch_inputs(
         turn_ids=turn_ids[mine],
         turn_first_image=first_image[mine],
         turn_images=images[mine],
+        target_positions=np.asarray(window.position_ids[start:stop], dtype=np.int64) + 1,
     )
 
 

@@ -46,13 +46,13 @@ from vlrl.train.encode_step import StepEncoder
 from vlrl.train.lora import LoRA
 from vlrl.train.loss import LossOutput, NonFiniteLossError, Normaliser, PolicyLoss
 from vlrl.train.token_logprobs import token_logprobs_and_entropy
-from vlrl.train.mismatch import mismatch_metrics, mismatch_sums, turn_gaps, warn_mismatched
+from vlrl.train.mismatch import LAG0_FLOOR, mismatch_metrics, mismatch_sums, turn_gaps, warn_mismatched
 from vlrl.train.mrope import sequence_mrope
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.packed_attention import PackedMask
 from vlrl.train.parallel import Parallel
 from vlrl.train.policy_model import PolicyModel
-from vlrl.train.stale_tokens import cut_stale
+from vlrl.train.stale_tokens import cut_stale, token_versions
 from vlrl.train.step_images import step_images
 from vlrl.train.targets import MicroBatchInputs, micro_batch_inputs
 
@@ -188,12 +188,15 @@ class Trainer:
 
     # ---- the step
 
-    def step(self, metas: Sequence[SeqMeta], min_version: int | None = None) -> dict[str, float]:
+    def step(
+        self, metas: Sequence[SeqMeta], min_version: int | None = None, policy_version: int | None = None
+    ) -> dict[str, float]:
         """One optimizer step on the sequences ``metas`` (payloads in the store); the returned
         metrics are the same on every rank. Tokens sampled by a policy version older than
-        ``min_version`` carry no loss (``stale_tokens``). Collective."""
+        ``min_version`` carry no loss (``stale_tokens``); ``policy_version``, the version of the
+        weights the trainer holds, splits the mismatch guard by lag (``train.mismatch``). Collective."""
         start = time.perf_counter()
-        metrics = self.forward_backward(metas, min_version)
+        metrics = self.forward_backward(metas, min_version, policy_version)
         metrics["lr"] = self.lr_at(self.step_count)
         metrics["grad_norm"] = self.apply_gradients()
         metrics["step"] = self.step_count
@@ -201,7 +204,9 @@ class Trainer:
         metrics["tokens_per_s"] = metrics["real_tokens"] / metrics["step_s"]
         return metrics
 
-    def forward_backward(self, metas: Sequence[SeqMeta], min_version: int | None = None) -> dict[str, float]:
+    def forward_backward(
+        self, metas: Sequence[SeqMeta], min_version: int | None = None, policy_version: int | None = None
+    ) -> dict[str, float]:
         """The step's loss and gradients (summed over ranks, encoder included), not yet applied."""
         by_key = {m.key: m for m in metas}
         plan = self.planner.plan(metas, self.layout.dp)
@@ -249,7 +254,9 @@ class Trainer:
                 with torch.no_grad():
                     ref_rows = ref_encoded.embeddings(i)
             where = f"micro-batch {i} of DP rank {dp} (rank {self.parallel.rank})"
-            out = self._micro_batch(mb_inputs, encoded.embeddings(i), normaliser, ref_rows, plan.ranks[dp][i].keys, by_key, where)
+            out = self._micro_batch(
+                mb_inputs, encoded.embeddings(i), normaliser, ref_rows, plan.ranks[dp][i].keys, by_key, where, policy_version
+            )
             self._check_finite(out.loss.detach(), where)
             out.loss.backward()
             for name, value in out.metrics.items():
@@ -297,6 +304,7 @@ class Trainer:
         keys: Sequence[str],
         metas: Mapping[str, SeqMeta],
         where: str,
+        policy_version: int | None = None,
     ):
         if image_rows.shape[0] != len(inputs.image_index):
             raise ValueError(
@@ -341,11 +349,16 @@ class Trainer:
             full_gap = np.zeros(len(on))
             full_gap[on] = gap
             turns = turn_gaps(
-                full_gap, inputs.shard_segments, inputs.turn_ids,
-                inputs.turn_first_image, inputs.turn_images, keys, metas,
+                full_gap, inputs.shard_segments, inputs.turn_ids, inputs.turn_first_image, inputs.turn_images,
+                keys, metas, None if policy_version is None else _lags(inputs, keys, metas, policy_version),
             )  # fmt: skip
-            warn_mismatched(turns, self.config.loss.mismatch_warn, where)
-            out.metrics.update({name: torch.tensor(v, dtype=torch.float64) for name, v in mismatch_sums(gap, turns).items()})
+            loss = self.config.loss
+            warned = 0
+            if loss.mismatch_warn is not None:
+                lag0 = loss.mismatch_warn_lag0 if loss.mismatch_warn_lag0 is not None else LAG0_FLOOR
+                warned = warn_mismatched(turns, lag0, loss.mismatch_warn, where)
+            sums = {**mismatch_sums(gap, turns), "mismatch_warned_sequences": float(warned)}
+            out.metrics.update({name: torch.tensor(v, dtype=torch.float64) for name, v in sums.items()})
         return out
 
     def _normaliser(self, inputs: list[MicroBatchInputs]) -> Normaliser:
@@ -544,3 +557,13 @@ def _pad_window(layout: Layout, fields: tuple[str, ...]) -> PackedWindow:
         num_tokens=0,
         images=(),
     )
+
+
+def _lags(inputs: MicroBatchInputs, keys: Sequence[str], metas: Mapping[str, SeqMeta], policy_version: int) -> np.ndarray:
+    """``(S,)`` each loss target's lag: ``policy_version`` minus the version that sampled it (0 off the mask)."""
+    lags = np.zeros(len(inputs.loss_mask), np.int64)
+    on = inputs.loss_mask
+    for seg in np.unique(inputs.shard_segments[on]):
+        rows = on & (inputs.shard_segments == seg)
+        lags[rows] = policy_version - token_versions(metas[keys[seg]], inputs.target_positions[rows])
+    return lags

@@ -100,7 +100,7 @@ class RecordingTrainer:
     def __init__(self, store: LocalStore, calls: list[Any]) -> None:
         self.store, self.calls = store, calls
 
-    def step(self, sequences: list[SeqMeta], min_version: int | None) -> dict[str, float]:
+    def step(self, sequences: list[SeqMeta], min_version: int | None, policy_version: int | None = None) -> dict[str, float]:
         keys = sorted(m.key for m in sequences)
         self.store.get(keys, fields=["advantages"])  # raises for a missing key or field
         self.calls.append(("step", keys, min_version))
