@@ -17,9 +17,10 @@ source become training sequences in the store and a trainer with the ``sft`` los
 checkpoint is where the RL stage starts. Held-out evaluations (``Evaluation``) run before
 anything (``success_first``), after the warm start and every ``eval.every`` steps; the last one
 gives ``success_last``. Before them the baselines (``job.baselines``: random clicks, the best
-constant point, the oracle) are measured on the same seeds; a warm start whose held-out success
-ends at or below the best of them stops the job before RL, saying so with the figures, unless
-``warm_start.continue_below_baseline``. The run folder holds ``metrics.jsonl``, TensorBoard
+constant point, the oracle) are measured on the same seeds (in a ``start_from`` run too: the
+summary's are always this run's own, never the other run's); a warm start whose held-out success
+does not beat the best of them by more than one standard error stops the job before RL, saying
+so with the figures, unless ``warm_start.continue_below_baseline``. The run folder holds ``metrics.jsonl``, TensorBoard
 events, checkpoints, annotated episode pictures and plots; ``resume=True`` (``vlrl train RECIPE --resume``)
 continues from its last checkpoint.
 """
@@ -43,7 +44,7 @@ from vlrl.control.group_hook import GroupHook
 from vlrl.control.teacher import TeacherScorer
 from vlrl.job.demos import DemoEpisode, WarmStart
 from vlrl.job.distill import Teacher
-from vlrl.job.baselines import below_baseline, measure, overall
+from vlrl.job.baselines import KINDS, below_baseline, measure, overall
 from vlrl.job.evaluate import EvalResult, Evaluation, evaluate
 from vlrl.job.meters import batch_metrics, book_metrics
 from vlrl.job.metrics_log import read_metrics
@@ -232,6 +233,9 @@ class TrainJob:
             branched = state is None and bool(config.start_from)
             if branched:
                 state = s.branched_state(config.start_from)
+                for kind in (*KINDS, "best"):  # the other run's, on its own sources and seeds: never this run's
+                    state.success.pop(kind, None)
+                await self._maybe_baselines(s, state)
             below = stopped = ""
             if state is None:
                 state = RunState(policy=s.model_path)
@@ -509,9 +513,10 @@ def _summary(config: TrainJob.Config, state: RunState, s: JobSession, wall_s: fl
         "success_first": first.get("eval/success"),
         "success_warm_start": warm[-1]["eval/success"] if warm else None,
         "success_last": last.get("eval/success"),
-        "success_chance": state.success.get("chance", bars.get("eval/chance")),
-        "success_constant": state.success.get("constant", bars.get("eval/constant")),
-        "success_oracle": state.success.get("oracle", bars.get("eval/oracle")),
+        # this run's own baselines record (a resumed run keeps it), never a start_from run's
+        "success_chance": bars.get("eval/chance"),
+        "success_constant": bars.get("eval/constant"),
+        "success_oracle": bars.get("eval/oracle"),
         "baseline_seeds": bars.get("eval/baseline_seeds"),
         "steps": state.step,
         "wall_s": round(wall_s, 1),

@@ -73,7 +73,11 @@ def test_a_branch_from_the_warm_start_skips_demonstrations_and_starts_from_its_w
     run = finished_run
     records, branched = run.branched.records, run.branched.summary
     assert "warm-start" not in [r["phase"] for r in records]
-    assert [r["tag"] for r in records if r["phase"] == "eval"] == ["warm", "final"]
+    assert [r["tag"] for r in records if r["phase"] == "eval"] == ["baselines", "warm", "final"]
+    # Its baselines are its own, measured on its seeds; the warm-start run's never stand in for them (issue 52).
+    (bars,) = [r for r in records if r.get("tag") == "baselines"]
+    assert "chance" in run.warm_start_state["success"]
+    assert [branched[f"success_{kind}"] for kind in ("chance", "constant", "oracle")] == [bars[f"eval/{kind}"] for kind in ("chance", "constant", "oracle")]
     assert [r["policy_version"] for r in records if r["phase"] == "rl"] == [2]  # the warm start's weights, pushed
     warm = [{k: v for k, v in r.items() if k.startswith("eval/")} for r in records + run.again.records if r.get("tag") == "warm"]
     assert warm[0] == warm[1]  # greedy on the same seeds and weights
