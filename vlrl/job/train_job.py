@@ -20,9 +20,9 @@ gives ``success_last``. Before them the baselines (``job.baselines``: random cli
 constant point, the oracle) are measured on the same seeds (in a ``start_from`` run too: the
 summary's are always this run's own, never the other run's); a warm start whose held-out success
 does not beat the best of them by more than one standard error stops the job before RL, saying
-so with the figures, unless ``warm_start.continue_below_baseline``. The run folder holds ``metrics.jsonl``, TensorBoard
-events, checkpoints, annotated episode pictures and plots; ``resume=True`` (``vlrl train RECIPE --resume``)
-continues from its last checkpoint.
+so with the figures, unless ``warm_start.continue_below_baseline``. The run folder holds
+``metrics.jsonl``, TensorBoard events, checkpoints, annotated episode pictures and plots;
+``resume=True`` (``vlrl train RECIPE --resume``) continues from its last checkpoint.
 """
 
 from __future__ import annotations
