@@ -26,7 +26,7 @@ from vlrl.job.run_folder import read_checkpoint_state
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "train_click.py"
 CORRECTIONS = ("loss.kl_coef=0.05", "loss.tis_cap=2.0")
-"""TIS and a KL penalty to the warm-start weights, set as a user would."""
+"""TIS (the recipe's default since issue 56; set here as well) and a KL penalty to the warm-start weights, set as a user would."""
 PLOTS = ("reward", "pass_rate", "episode_length", "entropy", "throughput", "overview", "episodes")
 
 

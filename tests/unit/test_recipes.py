@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import get_args
 
+import pytest
+
 import vlrl.recipes as recipes
 from vlrl.config import DataSource, config_name, field_types, validate
 from vlrl.config.schema import is_config_type, split_annotated, union_members
@@ -61,3 +63,35 @@ def test_the_base_recipe_trains_multi_turn_sources_at_a_tenth_of_the_one_turn_ra
     one.agent.max_turns, two.agent.max_turns = 1, 2
     assert recipes.base_recipe([one]).optim.lr == 1e-3
     assert recipes.base_recipe([one, two]).optim.lr == recipes.base_recipe([two]).optim.lr == 1e-4
+
+
+def _stale_token_gradient(loss_config) -> float:
+    """The gradient on one token sampled a version back that the policy has since made 11.6 times
+    likelier (the largest ratio issue 56 saw), with advantage -1, in a step of one token."""
+    import math
+
+    import torch
+
+    from vlrl.train.loss import Normaliser
+
+    logp = torch.tensor([-0.1], dtype=torch.float64, requires_grad=True)
+    out = loss_config.build()(
+        logp, old_logprobs=logp.detach() - math.log(11.6), advantages=torch.tensor([-1.0], dtype=torch.float64),
+        loss_mask=torch.tensor([True]), seq_loss_tokens=torch.tensor([1.0], dtype=torch.float64),
+        normaliser=Normaliser(tokens=1, sequences=1),
+    )  # fmt: skip
+    out.loss.backward()
+    return abs(logp.grad.item())
+
+
+def test_stale_tokens_weigh_at_most_the_tis_cap_in_the_base_recipe_and_the_job_s_default():
+    """Issue 56: with rollouts ahead of training most tokens are one version old; plain PPO pushes
+    a negative-advantage token down with its ratio as weight, unbounded (11.6 here)."""
+    from vlrl.job.train_job import TrainJob
+    from vlrl.train.loss import RL_TIS_CAP, PolicyLoss
+
+    config = recipes.base_recipe([DataSource(name="s", codebase="desktop")])
+    assert config.driver.prefetch_batches >= 1 and config.driver.max_staleness >= 1  # data can be stale
+    assert _stale_token_gradient(config.loss) <= RL_TIS_CAP
+    assert _stale_token_gradient(TrainJob.Config().loss) <= RL_TIS_CAP
+    assert _stale_token_gradient(PolicyLoss.Config(kind="grpo")) == pytest.approx(11.6)  # what it was

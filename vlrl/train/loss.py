@@ -88,6 +88,15 @@ DEFAULT_AGGREGATION: dict[str, Aggregation] = {"ppo": "token_mean", "grpo": "seq
 """Each kind's aggregation when the config leaves it None."""
 
 
+RL_TIS_CAP = 2.0
+"""The training job's RL loss truncates importance weights at this cap by default
+(``TrainJob.Config.loss``, ``recipes.base_recipe``): with rollouts ahead of training
+(``driver.prefetch_batches``, ``max_staleness`` 1) most tokens are one version old, and plain PPO
+then weights a negative-advantage token by its ratio without bound (11.6 was seen in issue 56);
+under TIS no token weighs more than 2. At lag 0 with an exact engine the weight is 1 and the step
+is the plain one. Measured on the main job in ``docs/lab/training-runs.md``."""
+
+
 class NonFiniteLossError(PicklesWhole, FloatingPointError):
     """A micro-batch's loss is NaN or infinite; ``where`` names the micro-batch and rank."""
 
