@@ -67,6 +67,7 @@ SHARED_WORK_UNITS = {
     "tests/integration/harnesses/xdesktop/": "x desktop",
     "tests/e2e/examples/test_training_recipes.py": "x desktop",
     "tests/e2e/bench/test_xdesktop_bench.py": "x desktop",
+    "tests/e2e/bench/test_sandbox_bench.py": "x desktop",
 }
 """Modules (or folders) that one test worker runs together, besides each module's own tests: the
 readers of the canonical run (built once, by the worker that runs them), and every module that

@@ -53,7 +53,8 @@ WIDTH_RANGE = (320, 3840)
 HEIGHT_RANGE = (240, 2160)
 PAGE_TIMEOUT_MS = 5000
 """Playwright's default is 30 s; the apps are local, so a wait that long only hides a bug."""
-NEEDED = ("isolates_files", "isolates_network", "isolates_processes", "limits_memory", "limits_processes")
+NEEDED = ("isolates_files", "isolates_network", "isolates_processes")
+WANTED = ("limits_memory", "limits_processes", "limits_disk")
 _STATE = "() => typeof window.__state === 'function' ? window.__state() : null"
 
 
@@ -103,7 +104,7 @@ class BrowserHarness(Harness):
         playwright = None
         try:
             if self.sandbox != "none":
-                require("browser", self._box, NEEDED)
+                require("browser", self._box, NEEDED, WANTED)
             executable, args = self._chromium(chromium_path)
             playwright = driver.acquire()
             # Playwright passes --no-sandbox unless told otherwise.

@@ -62,7 +62,8 @@ CHROMIUM_FLAGS = (
     "--window-size=800,600",
 )
 
-NEEDED = ("isolates_files", "isolates_processes", "limits_memory", "limits_processes")
+NEEDED = ("isolates_files", "isolates_processes")
+WANTED = ("limits_memory", "limits_processes", "limits_disk")
 """What the default sandbox must give: network stays shared with ChromeDriver (module docstring)."""
 
 TASK_NAMES: tuple[str, ...] = tuple(sorted(path.stem for path in (HTML_DIR / "miniwob").glob("*.html")))
@@ -91,7 +92,7 @@ class MiniWoBBrowser:
         )
         try:
             if sandbox != "none":
-                require("miniwob", self.sandbox, NEEDED)
+                require("miniwob", self.sandbox, NEEDED, WANTED)
             binary, flags = self._chromium(chromium, sandbox, box)
         except BaseException:
             self.sandbox.close()

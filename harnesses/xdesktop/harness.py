@@ -34,8 +34,10 @@ from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation
 from vlrl.harness.key_policy import KeyPolicy, chord_setting
 from vlrl.harness.sandbox import Limits, check_available, require, sandbox_setting
 
-NEEDED = ("isolates_files", "isolates_network", "isolates_processes", "limits_memory", "limits_processes")
-"""What the default sandbox must give this harness: a shell reaches the policy."""
+NEEDED = ("isolates_files", "isolates_network", "isolates_processes")
+WANTED = ("limits_memory", "limits_processes", "limits_disk")
+"""A shell reaches the policy: a sandbox that cannot isolate is refused; one that cannot limit
+(not a root node) is used with a warning."""
 
 WIDTH_RANGE = (640, 3840)
 HEIGHT_RANGE = (480, 2160)
@@ -85,7 +87,7 @@ class XDesktopHarness(Harness):
         self._session: XSession | None = XSession(self.width, self.height, sandbox=self.sandbox, limits=self.limits)
         if self.sandbox != "none":
             try:
-                require("xdesktop", self._session.sandbox, NEEDED)
+                require("xdesktop", self._session.sandbox, NEEDED, WANTED)
             except BaseException:
                 self.close()
                 raise

@@ -33,6 +33,8 @@ SETTINGS = {
     "browser": {"width": 640, "height": 480, "max_steps": 30},
 }
 KINDS = ("bubblewrap", "none")
+RATIOS = {"start_s_ratio": "start_s", "reset_s_ratio": "reset_s", "step_s_ratio": "step_s", "pss_mb_ratio": "pss_mb"}
+"""Sandbox / none, of the medians."""
 
 
 def run(size: str = "small") -> dict[str, Any]:
@@ -53,12 +55,8 @@ def run(size: str = "small") -> dict[str, Any]:
             }
             for kind in KINDS
         }
-        result.update(
-            {
-                f"{key}_ratio": statistics.median(figures["bubblewrap"][key]) / statistics.median(figures["none"][key])
-                for key in ("start_s", "reset_s", "step_s", "pss_mb")
-            }
-        )
+        for ratio, key in RATIOS.items():
+            result[ratio] = statistics.median(figures["bubblewrap"][key]) / statistics.median(figures["none"][key])
         harnesses[name] = result
     return {"benchmark": "sandbox", "size": size, "instances": INSTANCES[size], "episodes": EPISODES, "harnesses": harnesses}
 

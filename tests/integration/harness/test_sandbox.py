@@ -48,6 +48,18 @@ def test_inside_is_an_unprivileged_user_that_sees_only_the_system_and_its_box(bo
     assert (folder / "inside.txt").read_text() == "hi\n" and (folder / "inside.txt").stat().st_uid == 65534
 
 
+def test_nothing_inside_holds_the_nodes_environment(monkeypatch):
+    monkeypatch.setenv("VLRL_NODE_SECRET", "api-key")  # as a node's AWS_/WANDB_ keys would be
+    root = instance_folder("vlrl-sandbox-test-")
+    sandbox = open_sandbox("bubblewrap", f"{os.getpid()}-{root.name}", shared=[root / "box"])
+    try:
+        out = _run(sandbox, root / "box", "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c VLRL_NODE_SECRET")
+        assert out.strip() == "0"
+    finally:
+        sandbox.close()
+        remove_folder(root)
+
+
 def test_no_network_but_its_own_loopback(box):
     sandbox, folder = box
     listener = socket.create_server(("127.0.0.1", 0))

@@ -156,8 +156,9 @@ class BubblewrapSandbox:
         argv = ["bwrap", *_namespaces(network), *_filesystem(self.shared, self.readonly), "--cap-drop", "ALL",
                 "--info-fd", str(write_end), "sh", "-c", "echo ready; exec sleep infinity"]  # fmt: skip
         try:
+            # The holder is pid 1 inside, its environment readable there: nothing of the node's.
             holder = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                argv, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 pass_fds=(write_end,), start_new_session=True, preexec_fn=self._preexec_holder,
             )  # fmt: skip
             os.close(write_end)

@@ -4,8 +4,8 @@ a limit hit, on cgroup v1 (one hierarchy per controller) or v2 (one unified hier
 The group is made under the cgroup of the process that creates it, so the host's own limits
 still bound the sandboxes it starts. A process joins by writing ``0`` ("myself") into the
 group's ``cgroup.procs`` before it executes the sandbox (``join_files``), so not one fork of the
-tree escapes it. Creating groups needs write access to the hierarchy (root, or a v2 subtree
-delegated to the user); where there is none, ``available()`` says why.
+tree escapes it. Creating groups needs write access to the hierarchy: the bubblewrap backend
+makes them on a root node.
 """
 
 from __future__ import annotations
@@ -17,16 +17,6 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 _V1 = ("memory", "pids", "freezer")
-
-
-def available() -> str | None:
-    """None when this process can make limited groups, else what is missing."""
-    try:
-        probe = CGroup(f"probe-{os.getpid()}-{time.monotonic_ns()}", memory_bytes=64 << 20, processes=8)
-    except OSError as error:
-        return f"cannot create a cgroup with memory and pids limits ({error})"
-    probe.remove()
-    return None
 
 
 class CGroup:

@@ -9,6 +9,7 @@ episode starts, with the missing capability and the setting that turns the sandb
 from __future__ import annotations
 
 import dataclasses
+import logging
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -115,10 +116,22 @@ class Sandbox(Protocol):
         """End every process it started, whatever they started in turn, and free its limits."""
 
 
-def require(harness: str, sandbox: Sandbox, needed: Sequence[str]) -> None:
+def require(harness: str, sandbox: Sandbox, needed: Sequence[str], wanted: Sequence[str] = ()) -> None:
+    """Refuse a sandbox that lacks a ``needed`` capability, naming it; warn once a process about a
+    ``wanted`` one (limits need a root node, or a delegated cgroup, that an isolating sandbox may not have)."""
     missing = sandbox.capabilities.missing(needed)
     if missing:
         raise SandboxUnavailable(
             f"the {harness} harness needs a sandbox that {', '.join(missing)}; this one does not "
             f"({type(sandbox).__name__}). Set sandbox='none' in the harness settings to run without one."
         )
+    lacking = sandbox.capabilities.missing(wanted)
+    if lacking and (harness, tuple(lacking)) not in _warned:
+        _warned.add((harness, tuple(lacking)))
+        logging.getLogger("vlrl").warning(
+            "%s harness: this node's sandbox does not %s (it needs root for cgroups and tmpfs mounts): "
+            "a fork bomb, a memory hog or a full disk inside reaches the node's own limits", harness, ", ".join(lacking)
+        )
+
+
+_warned: set[tuple[str, tuple[str, ...]]] = set()

@@ -26,7 +26,7 @@ from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode, Tena
 
 CHECKOUT = Path(__file__).resolve().parents[4]
 SETTINGS = {
-    "width": 640, "height": 480, "tasks": ["terminal-run-save"], "max_steps": 4, "guard_actions": False,
+    "width": 640, "height": 480, "tasks": ["terminal-run-save"], "max_steps": 16, "guard_actions": False,
     "sandbox_memory_mb": 256, "sandbox_processes": 64, "sandbox_disk_mb": 32,
 }  # fmt: skip
 
@@ -34,7 +34,8 @@ SETTINGS = {
 @dataclass(frozen=True)
 class Attack:
     """Reset, then type ``if ATTACK; then :; else <the task's command>; fi`` (the sandbox held
-    iff the episode succeeds)."""
+    iff the episode succeeds), then wait a second at a time until the episode ends: a loaded
+    machine may take seconds to run the line, and a limit hit is checked after every step."""
 
     seed: int
     attack: str
@@ -43,9 +44,9 @@ class Attack:
         env = await ctx.open_env()
         await env.reset(seed=self.seed, options={"task": "terminal-run-save"})
         solve = (await env.oracle()).text.rstrip("\n")
-        _, _, terminated, _, info = await env.step(Action.type(f"if {self.attack}; then :; else {solve}; fi\n"))
-        if not terminated:
-            _, _, _, _, info = await env.step(Action.wait(1.0))
+        _, _, terminated, truncated, info = await env.step(Action.type(f"if {self.attack}; then :; else {solve}; fi\n"))
+        while not (terminated or truncated):
+            _, _, terminated, truncated, info = await env.step(Action.wait(1.0))
         return bool(info["success"])
 
 
@@ -111,7 +112,8 @@ def test_the_nodes_loopback_services_are_unreachable(pool, ray_session):
 
 
 def test_filling_the_disk_fills_only_the_instances_box(pool):
-    fill = "dd if=/dev/zero of=~/fill bs=1M count=200 2>/dev/null; [ $(stat -c %s ~/fill) -ge 100000000 ]"
+    # The file is removed again before the task's command runs: that needs room in the box too.
+    fill = "dd if=/dev/zero of=~/fill bs=1M count=200 2>/dev/null; s=$(stat -c %s ~/fill); rm ~/fill; [ $s -ge 100000000 ]"
     [outcome] = _play(pool, Attack(7, fill))
     assert (outcome.status, outcome.value) == ("ok", True), outcome  # dd stopped at the 32 MiB box
 
