@@ -9,7 +9,10 @@ writers of one image may make different packs of it, and a pack key names one co
 tiles, so a later screen stores only the tiles that changed and names the earlier packs for the
 rest. An image key holds one reference to each of its packs (``put_shared(..., holds=...)``),
 taken for it (``held_for``) under a holder name unique to that write, so a pack lives while any
-image naming it does and goes with the last; a dead writer's ``take_back`` leaves the packs of
+image naming it does and goes with the last. An image is reserved only once every pack it names
+is written: a pack another writer is still writing is waited for, and written again if that
+write fails (``put_shared``, ``share(..., settle=True)``; ``docs/store.md``), so a reader never
+finds an image whose pack failed; a dead writer's ``take_back`` leaves the packs of
 an image it wrote that others still hold, and the images a restarted index shard lost drop
 theirs. The image's content hash, key and ``MMItemMeta`` are the same either way;
 ``read_images`` gives back the exact pixels.
@@ -52,7 +55,7 @@ class ImageWriter:
         """One reference for ``holder`` to the image ``meta`` (written if absent); True when written."""
         if self._codec is None:
             return store.put_shared(meta.store_key, {PIXELS: pixels}, holder=holder, writer=writer)
-        if store.share([meta.store_key], holder, writer=writer)[0]:
+        if store.share([meta.store_key], holder, writer=writer, settle=True)[0]:
             return False
         tiles = list(self._codec.split(pixels))
         hashes = [tile_hash(t) for t in tiles]
@@ -72,7 +75,7 @@ class ImageWriter:
                 store.put_shared(own, pack_tiles(list(fresh.values())), holder=token, writer=writer, held_for=key)
                 taken.append(own)
             earlier = [p for p in packs if p != own]
-            held = store.share(earlier, token, writer=writer, held_for=key) if earlier else []
+            held = store.share(earlier, token, writer=writer, held_for=key, settle=True) if earlier else []
             taken += [p for p, ok in zip(earlier, held) if ok]
             if not all(held):
                 lost = [p for p, ok in zip(earlier, held) if not ok]

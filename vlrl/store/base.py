@@ -11,8 +11,14 @@ A payload is a set of named fields (arrays) under a key. The contract:
   images, held by the sequences that name them): the first call writes it, each later one takes
   one more reference for its holder instead; ``release([(key, holder), ...])`` drops one of that
   holder's references per pair and deletes a key with its last. A holder can only drop what it
-  holds, and ``holds(refs)`` says whether references are still held. ``put`` makes a key held
-  by itself, so ``release([(key, key)])`` ends it as ``delete`` would.
+  holds, and ``holds(refs)`` says whether references are still held. References count the same
+  whatever the key's state (being written, written, failed: ``docs/store.md``). ``put`` makes a
+  key held by itself, so ``release([(key, key)])`` ends it as ``delete`` would.
+- ``put_shared`` returns only once its key is written: a key another writer is writing is waited
+  for, and written again if that write fails (``share(..., settle=True)`` alike). Each write
+  carries a token of its own: a write whose key went meanwhile lands nowhere (its bytes are freed
+  and it raises ``KeyMissingError``), a failed write drops its writer's reference and what its
+  key was to hold, and leaves the key, failed, to those who took a reference meanwhile.
 - ``put`` and ``put_shared`` may name their ``writer``; ``take_back(writers)`` deletes what those
   writers put and drops the references they took, for a writer that died before undoing them.
 - A key may hold others (an image its tile packs): ``put_shared(key, ..., holds=children,
@@ -20,9 +26,9 @@ A payload is a set of named fields (arrays) under a key. The contract:
   holder=name, held_for=key)``. Those references are the key's: released when it goes, kept
   by ``take_back`` once it was written, dropped by the store when the key's index shard restarts
   (so ``release_held`` drops them where a writer may find them dropped already).
-- ``delete(keys)`` frees keys whatever their references; ``stats()`` counts keys and bytes
-  store-wide; ``io_stats()`` counts the payload bytes this client moved, which is what the
-  benchmarks report.
+- ``delete(keys)`` frees keys whatever their references; ``stats()`` counts keys (every record,
+  written or not: what a leak check must see at zero) and bytes store-wide; ``io_stats()``
+  counts the payload bytes this client moved, which is what the benchmarks report.
 
 Backends differ only in where the bytes live and how a field is read (``_write_fields`` and
 ``_read_ranges``); bookkeeping and validation are shared here so all behave the same.
@@ -31,6 +37,7 @@ Backends differ only in where the bytes live and how a field is read (``_write_f
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,9 +45,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from vlrl.store.errors import PayloadTypeError, StoreError
+from vlrl.store.errors import PayloadTypeError, StoreError, StoreTimeoutError
 from vlrl.store.fields import FieldSpec, as_payload_array, check_range, spec_for
-from vlrl.store.index import HELD, NewKey, StoreStats
+from vlrl.store.index import ABSENT, HELD, PENDING, WRITTEN, NewKey, StoreStats, went_while_written
+
+SHARED_WRITE_ATTEMPTS = 16
+"""``put_shared`` writes a key again after another writer's write of it failed at most this often."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +84,13 @@ class PayloadStore(Protocol):
         holds_as: str | None = None,
     ) -> bool: ...
     def share(
-        self, keys: Sequence[str], holder: str, *, writer: str | None = None, held_for: str | None = None
+        self,
+        keys: Sequence[str],
+        holder: str,
+        *,
+        writer: str | None = None,
+        held_for: str | None = None,
+        settle: bool = False,
     ) -> list[bool]: ...
     def release(self, refs: Sequence[tuple[str, str]]) -> list[str]: ...
     def release_held(self, refs: Sequence[tuple[str, str]]) -> list[str]: ...
@@ -100,8 +116,10 @@ class RangeRead:
 class IndexedStore(ABC):
     """Validation, write-once bookkeeping and I/O accounting over a key index."""
 
-    def __init__(self, chunk_rows: int, image_tile_px: int | None = None) -> None:
+    def __init__(self, chunk_rows: int, image_tile_px: int | None = None, *, settle_timeout_s: float = 60.0) -> None:
         self._chunk_rows = chunk_rows
+        self._settle_timeout_s = settle_timeout_s
+        """Longest wait for another writer's write of a shared key to commit or fail."""
         self.image_tile_px = image_tile_px
         """How the store's writers lay out screenshots (``mm.image_rows``); None: raw pixels."""
         self._io_lock = threading.Lock()
@@ -113,8 +131,16 @@ class IndexedStore(ABC):
     def _index(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call ``KeyIndex.<method>`` wherever this backend keeps its index."""
 
-    def _write_fields(self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec]) -> dict[str, Any]:
-        """Store the arrays of one key; return a handle per field for the index.
+    def _write_handle(self, key: str) -> Any:
+        """Where one write of ``key`` puts its bytes, chosen before it is reserved (so that the index
+        can name them to free if the writer dies mid-write); None where the backend needs none."""
+        return None
+
+    def _write_fields(
+        self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec], handle: Any
+    ) -> dict[str, Any]:
+        """Store the arrays of one key (at ``handle``, from ``_write_handle``); return a handle per
+        field for the index.
 
         Backends implement this, or override ``_store_fields`` when their index writes the data.
         """
@@ -125,7 +151,8 @@ class IndexedStore(ABC):
         """Return the requested rows of each read, moving as few bytes as the backend can."""
 
     def _free(self, dropped: list[dict[str, tuple[FieldSpec, Any]]], keys: list[str]) -> None:
-        """Release storage of deleted keys (the index already forgot them)."""
+        """Release the storage of rows the index let go (``{field: (spec, handles)}``): deleted keys,
+        and writes that landed nowhere (a late commit, an abort, a dead writer's write)."""
 
     # -- public API --------------------------------------------------------------------------
 
@@ -181,24 +208,51 @@ class IndexedStore(ABC):
         (decided where it is claimed, ``KeyIndex.reserve``). ``held_for``: the reference is that
         key's own (it holds this one through ``holds``). ``holds``: keys the new key holds one
         reference to each, already taken for it under the holder name ``holds_as``; released when
-        ``key`` goes (not taken over when ``key`` was there already: the caller then drops them)."""
+        ``key`` goes or its write fails (not taken over when ``key`` was there already: the caller
+        then drops them). Returns only once ``key`` is written: a write of it in flight is waited
+        for, and if that write fails this call writes the key (``docs/store.md``)."""
         (key, holder) = _check_keys([key, holder])
         holds = tuple(_check_keys(list(holds)))
         if holds and not (isinstance(holds_as, str) and holds_as):
             raise StoreError(
                 f"store key {key!r}: holds needs holds_as, the holder name its references were taken under"
             )
-        if self._index("share", [key], holder, writer, held_for)[0]:
-            return False
-        return self._write(key, fields, new_key=True, refs=NewKey(holder, writer, held_for, holds, holds_as))
+        refs = NewKey(holder, writer, held_for, holds, holds_as)
+        for _ in range(SHARED_WRITE_ATTEMPTS):
+            state = self._index("take", [key], holder, writer, held_for)[0]
+            if state == ABSENT:
+                state = self._write(key, fields, new_key=True, refs=refs)
+                if state is None:  # written by this call
+                    return True
+            if state == WRITTEN or self._settled([(key, holder)])[0]:
+                return False
+            # The write this shared failed: drop the reference to the failed key and write it.
+            self.release_held([(key, holder)])
+        raise StoreError(f"store key {key!r}: {SHARED_WRITE_ATTEMPTS} writes of it failed in turn")
 
     def share(
-        self, keys: Sequence[str], holder: str, *, writer: str | None = None, held_for: str | None = None
+        self,
+        keys: Sequence[str],
+        holder: str,
+        *,
+        writer: str | None = None,
+        held_for: str | None = None,
+        settle: bool = False,
     ) -> list[bool]:
-        """One more reference for ``holder`` to each key that exists (True), none to an absent one
-        (False); every True is matched by one ``release`` of ``(key, holder)``. ``held_for``: as
-        in ``put_shared``."""
-        return self._index("share", _check_keys(keys), _check_keys([holder])[0], writer, held_for)
+        """One more reference for ``holder`` to each key that is written or being written (True),
+        none to one that is absent or whose write failed (False); every True is matched by one
+        ``release`` of ``(key, holder)``. ``held_for``: as in ``put_shared``. ``settle``: True only
+        for a key written: one being written is waited for, and if its write fails the reference
+        is dropped again (False: the caller writes it)."""
+        keys, holder = _check_keys(keys), _check_keys([holder])[0]
+        states = self._index("take", keys, holder, writer, held_for)
+        if settle and PENDING in states:
+            pending = [i for i, state in enumerate(states) if state == PENDING]
+            for i, written in zip(pending, self._settled([(keys[i], holder) for i in pending])):
+                if not written:
+                    self.release_held([(keys[i], holder)])
+                    states[i] = ABSENT
+        return [state != ABSENT for state in states]
 
     def release(self, refs: Sequence[tuple[str, str]]) -> list[str]:
         """Drop one reference per ``(key, holder)``; return the keys this deleted (their last went)."""
@@ -230,9 +284,9 @@ class IndexedStore(ABC):
         that key does not hold it: the key was never written, or went; a key the writer wrote and
         others still hold keeps what it names. Returns the keys this deleted."""
         writers = _check_keys(writers)
-        pairs = self._index("take_back", writers)
-        self._dropped([row for _, row in pairs], [key for key, _ in pairs])
-        deleted = [key for key, _ in pairs]
+        found = self._index("take_back", writers)
+        self._dropped([row for _, row, _ in found], [key for key, _, _ in found])
+        deleted = [key for key, _, gone in found if gone]
         pending = self._index("held_for_refs", writers)
         if pending:
             names = self._index("holds_as", [owner for _, _, owner in pending])
@@ -264,17 +318,50 @@ class IndexedStore(ABC):
             keys = [key for (key, _), row in zip(held, released) if row is not None]
             rows = [row for row in released if row is not None]
 
-    def _write(self, key: str, fields: Mapping[str, Any], *, new_key: bool, refs: NewKey | None = None) -> bool:
-        """Write ``fields``; False when a shared key existed and was shared instead (``KeyIndex.reserve``)."""
+    def _settled(self, refs: list[tuple[str, str]]) -> list[bool]:
+        """``_settle`` of the keys of references just taken; if it raises, those references are
+        dropped first (the caller's call fails, so nobody would drop them)."""
+        try:
+            return self._settle([key for key, _ in refs])
+        except BaseException:
+            self.release_held(refs)
+            raise
+
+    def _settle(self, keys: list[str]) -> list[bool]:
+        """Wait until none of ``keys`` is being written; whether each is written. The index is polled
+        (nothing waits inside it, where a dead writer would block the shard), from 1 ms apart to
+        50 ms, for at most ``settle_timeout_s``: only a writer that died unnamed never ends."""
+        deadline = time.monotonic() + self._settle_timeout_s
+        pause = 0.001
+        while True:
+            states = self._index("states", keys)
+            if PENDING not in states:
+                return [state == WRITTEN for state in states]
+            if time.monotonic() > deadline:
+                waiting = [key for key, state in zip(keys, states) if state == PENDING]
+                raise StoreTimeoutError(
+                    f"store key(s) {waiting[:3]} still being written after {self._settle_timeout_s:g} s: their "
+                    "writer neither committed nor failed (a writer that died without a writer name?)"
+                )
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
+
+    def _write(
+        self, key: str, fields: Mapping[str, Any], *, new_key: bool, refs: NewKey | None = None
+    ) -> str | None:
+        """Write ``fields``: None when this call wrote them; else the state (``PENDING`` or
+        ``WRITTEN``) of the shared key another writer had claimed, which got a reference instead
+        (``KeyIndex.reserve``)."""
         (key,) = _check_keys([key])
         if not isinstance(fields, Mapping) or not fields:
             raise PayloadTypeError(f"store key {key!r}: fields must be a non-empty mapping of name -> array")
         arrays = {name: as_payload_array(key, name, value) for name, value in fields.items()}
         specs = {name: spec_for(array, self._chunk_rows) for name, array in arrays.items()}
-        if not self._store_fields(key, arrays, specs, new_key=new_key, refs=refs):
-            return False
+        shared = self._store_fields(key, arrays, specs, new_key=new_key, refs=refs)
+        if shared is not None:
+            return shared
         self._count(written=sum(a.nbytes for a in arrays.values()))
-        return True
+        return None
 
     def _store_fields(
         self,
@@ -284,18 +371,26 @@ class IndexedStore(ABC):
         *,
         new_key: bool,
         refs: NewKey | None,
-    ) -> bool:
-        """Reserve the names, write the data, commit; a failed write releases the names. False: the
-        shared key existed, and got a reference instead (nothing written)."""
-        if not self._index("reserve", key, specs, new_key=new_key, refs=refs):
-            return False
+    ) -> str | None:
+        """Reserve the names, write the data, commit under the reservation's token: None. A failed
+        write aborts (its bytes and its key's holds freed); a write whose key went meanwhile frees
+        its bytes and raises. A shared key that existed got a reference instead: its state."""
+        handle = self._write_handle(key)
+        token, state = self._index("reserve", key, specs, new_key=new_key, refs=refs, handle=handle)
+        if token is None:
+            return state
         try:
-            handles = self._write_fields(key, arrays, specs)
+            handles = self._write_fields(key, arrays, specs, handle)
         except BaseException:
-            self._index("abort", key, list(specs))
+            row = self._index("abort", key, token)
+            if handle is not None:  # whatever of its bytes landed
+                row = {**row, **{name: (spec, handle) for name, spec in specs.items()}}
+            self._dropped([row], [key])
             raise
-        self._index("commit", key, handles)
-        return True
+        if not self._index("commit", key, handles, token):
+            self._dropped([{name: (specs[name], h) for name, h in handles.items()}], [key])
+            raise went_while_written(key)
+        return None
 
     def _count(self, *, read: int = 0, written: int = 0) -> None:
         with self._io_lock:

@@ -46,7 +46,9 @@ class LocalStore(IndexedStore):
         with self._lock:
             return getattr(self._keys, method)(*args, **kwargs)
 
-    def _write_fields(self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec]) -> dict[str, Any]:
+    def _write_fields(
+        self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec], handle: Any
+    ) -> dict[str, Any]:
         frozen = {}
         for name, array in arrays.items():
             copy = np.array(array, copy=True)

@@ -64,7 +64,9 @@ class RayStore(IndexedStore):
             return RayStore(self, index)
 
     def __init__(self, config: RayStore.Config, index: ShardedIndex) -> None:
-        super().__init__(chunk_rows=config.chunk_rows, image_tile_px=config.image_tile_px)
+        super().__init__(
+            chunk_rows=config.chunk_rows, image_tile_px=config.image_tile_px, settle_timeout_s=config.call_timeout_s
+        )
         self._config = config
         self._shards = index
 
@@ -86,9 +88,17 @@ class RayStore(IndexedStore):
         *,
         new_key: bool,
         refs: NewKey | None,
-    ) -> bool:
+    ) -> str | None:
+        """The shard writes the bytes (it owns them): reserve, put and commit or abort happen there
+        (``StoreShard.write``); what a failed write's key held or was to hold is released here,
+        since it may live on other shards."""
         chunks = {name: split_chunks(array, specs[name]) for name, array in arrays.items()}
-        return self._shards.write(key, specs, chunks, new_key, refs)
+        ok, value, dropped = self._shards.write(key, specs, chunks, new_key, refs)
+        if dropped:
+            self._dropped([dropped], [key])
+        if not ok:
+            raise value
+        return value
 
     def _read_ranges(self, reads: list[RangeRead]) -> list[np.ndarray]:
         wanted = [read.spec.chunks_overlapping(read.start, read.stop) for read in reads]

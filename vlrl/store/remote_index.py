@@ -31,7 +31,7 @@ from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
 from vlrl.store.errors import ShardLostError, StoreError, StoreTimeoutError
 from vlrl.store.fields import FieldSpec
-from vlrl.store.index import KeyIndex, NewKey, StoreStats, shard_of
+from vlrl.store.index import KeyIndex, NewKey, StoreStats, shard_of, went_while_written
 
 RAY_NAMESPACE = "vlrl"
 INLINE_BYTES = 4096
@@ -94,24 +94,33 @@ class StoreShard:
 
     def write(
         self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, refs: NewKey | None
-    ) -> tuple[bool, Any]:
-        """Reserve, ``ray.put`` every chunk (so this actor owns it), then commit; the answer is
-        ``KeyIndex.reserve``'s (False: a shared key that existed got a reference, nothing is put). A
-        chunk of at most ``INLINE_BYTES`` stays in the index itself: a read gets it with the
-        lookup, no object fetch."""
+    ) -> tuple[bool, Any, dict[str, Any]]:
+        """Reserve, ``ray.put`` every chunk (so this actor owns it), then commit under the
+        reservation's token. Answers ``(ok, value, dropped)``: ``value`` is None when written, the
+        shared key's state when a shared key that existed got a reference instead (nothing is put),
+        or the error. A failed write aborts here; ``dropped`` is what its key held or was to hold
+        (on any shard: the client releases it). A write whose key went meanwhile lands nowhere (its
+        objects go with this call). A chunk of at most ``INLINE_BYTES`` stays in the index itself:
+        a read gets it with the lookup, no object fetch."""
         ok, reserved = self.call("reserve", (key, specs), {"new_key": new_key, "refs": refs})
-        if not (ok and reserved):
-            return ok, reserved
+        if not ok:
+            return ok, reserved, {}
+        token, state = reserved
+        if token is None:
+            return True, state, {}
         try:
-            refs = {
+            handles = {
                 name: [chunk if chunk.nbytes <= INLINE_BYTES else ray.put(chunk) for chunk in parts]
                 for name, parts in chunks.items()
             }
-        except BaseException:
-            self.call("abort", (key, list(specs)), {})
-            raise
-        ok, error = self.call("commit", (key, refs), {})
-        return (True, True) if ok else (ok, error)
+        except Exception as error:
+            ok, dropped = self.call("abort", (key, token), {})
+            failed = error if isinstance(error, StoreError) else StoreError(f"store key {key!r}: write failed: {error!r}")
+            return False, failed, dropped if ok else {}
+        ok, committed = self.call("commit", (key, handles, token), {})
+        if not ok:
+            return ok, committed, {}
+        return (True, None, {}) if committed else (False, went_while_written(key), {})
 
 
 class ShardedIndex:
@@ -132,10 +141,14 @@ class ShardedIndex:
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if method == "stats":
             parts = [self._ask(position, method) for position in range(len(self._shards))]
-            return StoreStats(keys=sum(p.keys for p in parts), bytes=sum(p.bytes for p in parts))
+            return StoreStats(
+                keys=sum(p.keys for p in parts),
+                bytes=sum(p.bytes for p in parts),
+                written=sum(p.written for p in parts),
+            )
         if method in ("take_back", "held_for_refs"):  # a writer's keys and references may be on every shard
             return [pair for position in range(len(self._shards)) for pair in self._ask(position, method, *args)]
-        if method in ("lookup", "contains", "share", "holds_as"):  # a key's repeats all go to its one shard
+        if method in ("lookup", "contains", "share", "take", "states", "holds_as"):  # a key's repeats all go to its one shard
             return self._scatter(method, args[0], *args[1:], **kwargs)
         if method in ("holds", "release", "release_held"):  # (key, holder) pairs, each to its key's shard
             return self._scatter(method, args[0], key_of=lambda ref: ref[0])
@@ -148,13 +161,11 @@ class ShardedIndex:
 
     def write(
         self, key: str, specs: dict[str, FieldSpec], chunks: dict[str, list[np.ndarray]], new_key: bool, refs: NewKey | None
-    ) -> bool:
-        """``StoreShard.write`` on the key's shard: False when a shared key existed and was shared."""
+    ) -> tuple[bool, Any, dict[str, Any]]:
+        """``StoreShard.write`` on the key's shard, its answer as it is (the caller frees what a
+        failed write dropped before it raises)."""
         position = self.position(key)
-        ok, value = self.get(self._shards[position].write.remote(key, specs, chunks, new_key, refs), position)
-        if not ok:
-            raise value
-        return value
+        return self.get(self._shards[position].write.remote(key, specs, chunks, new_key, refs), position)
 
     def kill(self) -> None:
         for shard in self._shards:

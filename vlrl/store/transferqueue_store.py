@@ -1,8 +1,10 @@
 """Payload store on TransferQueue (``transferqueue`` on PyPI; Ray actors plus ZMQ underneath).
 
-A store key is a TransferQueue key in one partition; each field chunk is a column named
-``<field>@<chunk>``, so column selection (``select_fields``) gives both projection and range
-reads. TransferQueue returns columns as jagged nested tensors; they are unbound per key here.
+Each write of a store key is a TransferQueue key of its own in one partition
+(``<key>#<id>``, chosen before the write is reserved, so that the index can name it to free if
+the write dies: ``docs/store.md``); each field chunk is a column named ``<field>@<chunk>``, so
+column selection (``select_fields``) gives both projection and range reads. TransferQueue returns
+columns as jagged nested tensors; they are unbound per key here.
 
 Write-once and field specs are decided by the same sharded key index the Ray backend uses,
 because TransferQueue itself overwrites silently.
@@ -74,7 +76,9 @@ class TransferQueueStore(IndexedStore):
             return TransferQueueStore.connect(self)
 
     def __init__(self, config: TransferQueueStore.Config, index: ShardedIndex) -> None:
-        super().__init__(chunk_rows=config.chunk_rows, image_tile_px=config.image_tile_px)
+        super().__init__(
+            chunk_rows=config.chunk_rows, image_tile_px=config.image_tile_px, settle_timeout_s=config.call_timeout_s
+        )
         self._config = config
         self._shards = index
         self._tq: Any = None
@@ -113,7 +117,12 @@ class TransferQueueStore(IndexedStore):
     def _index(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._shards.call(method, *args, **kwargs)
 
-    def _write_fields(self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec]) -> dict[str, Any]:
+    def _write_handle(self, key: str) -> str:
+        return f"{key}#{uuid.uuid4().hex[:16]}"
+
+    def _write_fields(
+        self, key: str, arrays: dict[str, np.ndarray], specs: dict[str, FieldSpec], handle: str
+    ) -> dict[str, Any]:
         from tensordict import TensorDict
 
         columns = {
@@ -121,16 +130,16 @@ class TransferQueueStore(IndexedStore):
             for name, array in arrays.items()
             for i, chunk in enumerate(split_chunks(array, specs[name]))
         }
-        self._client().kv_batch_put(keys=[key], partition_id=self._config.partition, fields=TensorDict(columns, [1]))
-        return {name: None for name in arrays}
+        self._client().kv_batch_put(keys=[handle], partition_id=self._config.partition, fields=TensorDict(columns, [1]))
+        return {name: handle for name in arrays}
 
     def _read_ranges(self, reads: list[RangeRead]) -> list[np.ndarray]:
         wanted = [read.spec.chunks_overlapping(read.start, read.stop) for read in reads]
         # One TransferQueue call per distinct column set: a full read of rows sharing a schema
         # is a single batched get.
-        columns_of: dict[str, list[str]] = defaultdict(list)
+        columns_of: dict[str, list[str]] = defaultdict(list)  # TransferQueue key (one write's) -> columns
         for read, ids in zip(reads, wanted):
-            columns_of[read.key] += [_column(read.name, i) for i in ids]
+            columns_of[read.handles] += [_column(read.name, i) for i in ids]
         keys_by_columns: dict[tuple[str, ...], list[str]] = defaultdict(list)
         for key, columns in columns_of.items():
             keys_by_columns[tuple(dict.fromkeys(columns))].append(key)
@@ -146,13 +155,13 @@ class TransferQueueStore(IndexedStore):
                     fetched[key, column] = value.numpy()
         out = []
         for read, ids in zip(reads, wanted):
-            parts = [fetched[read.key, _column(read.name, i)].reshape((-1, *read.spec.shape[1:])) for i in ids]
+            parts = [fetched[read.handles, _column(read.name, i)].reshape((-1, *read.spec.shape[1:])) for i in ids]
             out.append(join_chunks(parts, read.spec, ids.start, read.start, read.stop))
         self._count(read=sum(a.nbytes for a in fetched.values()))
         return out
 
     def _free(self, dropped: list[dict[str, tuple[FieldSpec, Any]]], keys: list[str]) -> None:
-        gone = [key for key, row in zip(keys, dropped) if row]
+        gone = list(dict.fromkeys(handle for row in dropped for _, handle in row.values() if handle is not None))
         if gone:
             self._client().kv_clear(keys=gone, partition_id=self._config.partition)
 

@@ -34,6 +34,12 @@ from tests.unit.store.test_contract import (  # noqa: F401  (the contract's test
     test_releasing_more_than_a_holder_holds_is_refused_and_changes_nothing,
     test_a_release_that_is_not_key_holder_pairs_is_refused,
     test_concurrent_holders_of_one_key_end_it_exactly_once,
+    test_a_reference_to_a_key_being_written_is_held_and_released,
+    test_a_failed_write_keeps_the_references_taken_meanwhile,
+    test_a_failed_write_alone_leaves_nothing,
+    test_put_shared_of_a_key_being_written_waits_for_that_write,
+    test_a_write_whose_key_went_while_it_ran_lands_nowhere,
+    test_a_writer_that_died_mid_write_is_taken_back_and_its_key_written_afresh,
 )
 from tests.unit.store.test_contract import CHUNK
 from vlrl.store import PayloadStore

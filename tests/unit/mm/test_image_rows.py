@@ -140,3 +140,64 @@ def test_a_dead_writers_image_that_another_writer_shares_keeps_its_packs(store):
     assert read_images(store, [key])[key].tobytes() == shots[2].tobytes()
     store.release([(key, "seq/alive/0")])
     assert store.stats().keys == 0
+
+
+def _gate_packs(store, monkeypatch, *, fail: bool):
+    """Holds the first tile-pack write until ``open`` is set (``fail``: then it fails), and sets
+    ``taken`` once another writer has taken its reference to that pack while it was held."""
+    import threading
+
+    entered, opened, taken = threading.Event(), threading.Event(), threading.Event()
+    real_write, real_index = store._write_fields, store._index
+    held: list[str] = []
+
+    def write(key, arrays, specs, *handle):
+        if not key.startswith("tiles/") or held:
+            return real_write(key, arrays, specs, *handle)
+        held.append(key)
+        entered.set()
+        assert opened.wait(30), "the gate was never opened"
+        handles = real_write(key, arrays, specs, *handle)
+        if fail:
+            raise OSError(f"injected: the byte write of {key!r} failed")
+        return handles
+
+    def index(method, *args, **kwargs):
+        out = real_index(method, *args, **kwargs)
+        if method in ("take", "share") and held and not opened.is_set() and held[0] in args[0]:
+            taken.set()
+        return out
+
+    monkeypatch.setattr(store, "_write_fields", write)
+    monkeypatch.setattr(store, "_index", index)
+    return entered, opened, taken
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["pack-commits", "pack-fails"])
+def test_a_screen_written_while_another_writer_writes_its_pack_waits_for_that_pack(store, monkeypatch, fails):
+    # Issue 51, case 1 (and, failing, case 3 of 2ccf2b9's review): B is mid-write of the pack of a
+    # group's first screen when A writes the same screen. A waits for B's pack rather than name a
+    # pack not written (a false ShardLostError before), and writes it again if B's write fails, so
+    # A's image is readable whatever B's write does; when both let go, nothing is left.
+    from concurrent.futures import ThreadPoolExecutor
+
+    shot = _typing_screens(turns=1)[0]
+    meta = describe_image(shot)
+    entered, opened, taken = _gate_packs(store, monkeypatch, fail=fails)
+    with ThreadPoolExecutor(2) as pool:
+        b = pool.submit(ImageWriter(store).put, store, meta, shot, holder="seq/b/0")
+        assert entered.wait(30)
+        a = pool.submit(ImageWriter(store).put, store, meta, shot, holder="seq/a/0")
+        assert taken.wait(30)  # A holds a reference to the pack B is writing
+        with pytest.raises(TimeoutError):
+            a.result(0.5)  # and waits for it
+        opened.set()
+        a_wrote = a.result(30)
+        if fails:
+            with pytest.raises(OSError, match="injected"):
+                b.result(30)
+        else:
+            assert b.result(30) in (True, False) and a_wrote != b.result(30)  # one wrote it, one shared
+    assert read_images(store, [meta.store_key])[meta.store_key].tobytes() == shot.tobytes()
+    store.release([(meta.store_key, "seq/a/0")] + ([] if fails else [(meta.store_key, "seq/b/0")]))
+    assert store.stats().keys == 0

@@ -315,3 +315,152 @@ def test_concurrent_holders_of_one_key_end_it_exactly_once(store):
     assert errors == []
     assert sorted(freed) == sorted(f"shared-{r}" for r in range(rounds))  # each freed once, by its last holder
     assert store.stats().keys == 0
+
+
+# -- keys under concurrent writers (docs/store.md): a reference in any state, a token per write ------------
+
+
+class Gate:
+    """Holds the byte write of store key ``key`` (its first one) until ``open()``; ``fail``: the
+    bytes land, then the write raises, as a storage unit that fails after receiving them would.
+    On the stores whose client writes the bytes (local, TransferQueue); the Ray store's shard
+    writes them itself (its writes are gated in the concurrent-writers stress instead)."""
+
+    def __init__(self, store, monkeypatch, key: str, *, fail: bool = False) -> None:
+        import threading
+
+        if "_write_fields" not in vars(type(store)):
+            pytest.skip(f"{type(store).__name__} writes a key's bytes in its index shard, out of a test's reach")
+        self.entered, self._opened, self._passed = threading.Event(), threading.Event(), False
+        real = store._write_fields
+
+        def gated(k, arrays, specs, *handle):
+            if not k.startswith(key) or self._passed:
+                return real(k, arrays, specs, *handle)
+            self._passed = True
+            self.entered.set()
+            assert self._opened.wait(30), "the gate was never opened"
+            handles = real(k, arrays, specs, *handle)
+            if fail:
+                raise OSError(f"injected: the byte write of {k!r} failed")
+            return handles
+
+        monkeypatch.setattr(store, "_write_fields", gated)
+
+    def open(self) -> None:
+        self._opened.set()
+
+
+def _in_thread(call):
+    """``call()`` on a thread of its own; its future."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(call)
+    pool.shutdown(wait=False)
+    return future
+
+
+def test_a_reference_to_a_key_being_written_is_held_and_released(store, monkeypatch):
+    # Issue 51, case 2: A takes a reference to "k" while B writes it and drops it before B commits.
+    gate = Gate(store, monkeypatch, "k")
+    b = _in_thread(lambda: store.put_shared("k", _row(4), holder="B"))
+    assert gate.entered.wait(30)
+    assert store.share(["k"], "A") == [True] and store.holds([("k", "A")]) == [True]
+    assert store.contains(["k"]) == [False] and store.stats().keys == 1  # counted while unwritten
+    assert store.release([("k", "A")]) == []  # B still holds it
+    gate.open()
+    assert b.result(30) is True
+    _same(store.get(["k"])["k"]["logprobs"], _row(4)["logprobs"])
+    assert store.release([("k", "B")]) == ["k"] and store.stats().keys == 0
+
+
+def test_a_failed_write_keeps_the_references_taken_meanwhile(store, monkeypatch):
+    # Issue 51, case 3: B's write fails after A took a reference: A's reference stays (the key is
+    # failed, counted by stats), a read says the write failed, A's release ends it; the next
+    # put_shared writes the key anew for whoever holds it.
+    gate = Gate(store, monkeypatch, "k", fail=True)
+    b = _in_thread(lambda: store.put_shared("k", _row(4), holder="B"))
+    assert gate.entered.wait(30)
+    assert store.share(["k"], "A") == [True]
+    gate.open()
+    with pytest.raises(OSError, match="injected"):
+        b.result(30)
+    assert store.holds([("k", "A"), ("k", "B")]) == [True, False]
+    assert store.contains(["k"]) == [False] and store.stats().keys == 1 and store.stats().written == 0
+    with pytest.raises(KeyMissingError, match="its write failed"):
+        store.get(["k"])
+    assert store.share(["k"], "C") == [False]  # nothing to share
+    assert store.put_shared("k", _row(4, seed=2), holder="C") is True  # written anew, A's reference kept
+    _same(store.get(["k"])["k"]["logprobs"], _row(4, seed=2)["logprobs"])
+    assert store.release([("k", "A")]) == [] and store.release([("k", "C")]) == ["k"]
+    assert store.stats().keys == 0
+
+
+def test_a_failed_write_alone_leaves_nothing(store, monkeypatch):
+    for key in ("k", "seq"):
+        Gate(store, monkeypatch, key, fail=True).open()
+    with pytest.raises(OSError, match="injected"):
+        store.put_shared("k", _row(4), holder="B", writer="run-B")
+    with pytest.raises(OSError, match="injected"):
+        store.put("seq", _row(4), writer="run-B")
+    assert store.stats().keys == 0 and store.stats().bytes == 0
+    assert store.take_back(["run-B"]) == []  # nothing of it was left to take back
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["commits", "fails"])
+def test_put_shared_of_a_key_being_written_waits_for_that_write(store, monkeypatch, fails):
+    # A second writer of a key in flight returns only once it is written: by the first writer
+    # (shared, False), or by itself when the first write fails (True). Never on an unwritten key.
+    gate = Gate(store, monkeypatch, "k", fail=fails)
+    b = _in_thread(lambda: store.put_shared("k", _row(4), holder="B"))
+    assert gate.entered.wait(30)
+    c = _in_thread(lambda: store.put_shared("k", _row(4, seed=3), holder="C"))
+    with pytest.raises(TimeoutError):
+        c.result(0.2)  # waits while B writes
+    gate.open()
+    assert c.result(30) is fails
+    if fails:
+        with pytest.raises(OSError, match="injected"):
+            b.result(30)
+    else:
+        assert b.result(30) is True
+    _same(store.get(["k"])["k"]["logprobs"], _row(4, seed=3 if fails else 0)["logprobs"])
+    assert store.release([("k", "C")] + ([] if fails else [("k", "B")])) == ["k"]
+    assert store.stats().keys == 0
+
+
+def test_a_write_whose_key_went_while_it_ran_lands_nowhere(store, monkeypatch):
+    # "k" is deleted mid-write: the record goes at once (nothing waits for the commit), the write
+    # is counted until its writer ends it; its late commit lands nowhere and its bytes are freed.
+    gate = Gate(store, monkeypatch, "k")
+    b = _in_thread(lambda: store.put("k", _row(4)))
+    assert gate.entered.wait(30)
+    store.delete(["k"], missing_ok=True)
+    assert store.stats().keys == 1  # the orphaned write
+    store.put("k", _row(4, seed=5))  # the key written afresh meanwhile
+    gate.open()
+    with pytest.raises(KeyMissingError, match="went while it was written"):
+        b.result(30)
+    _same(store.get(["k"])["k"]["logprobs"], _row(4, seed=5)["logprobs"])  # the late write landed nowhere
+    store.delete(["k"])
+    assert store.stats().keys == 0 and store.stats().bytes == 0
+
+
+def test_a_writer_that_died_mid_write_is_taken_back_and_its_key_written_afresh(store, monkeypatch):
+    # run-B dies while writing "k" (its thread is held, as a dead process's would never end): take_back
+    # returns at once, fails the write (A's reference stays on the failed key) and frees its bytes;
+    # the next put_shared writes "k" anew; the dead write's late commit lands nowhere.
+    gate = Gate(store, monkeypatch, "k")
+    b = _in_thread(lambda: store.put_shared("k", _row(4), holder="B", writer="run-B"))
+    assert gate.entered.wait(30)
+    assert store.share(["k"], "A") == [True]
+    store.take_back(["run-B"])
+    assert store.holds([("k", "A"), ("k", "B")]) == [True, False] and store.contains(["k"]) == [False]
+    assert store.put_shared("k", _row(4, seed=6), holder="C") is True
+    gate.open()
+    with pytest.raises(KeyMissingError, match="went while it was written"):
+        b.result(30)
+    _same(store.get(["k"])["k"]["logprobs"], _row(4, seed=6)["logprobs"])
+    assert store.release([("k", "A"), ("k", "C")]) == ["k"]
+    assert store.stats().keys == 0 and store.stats().bytes == 0
