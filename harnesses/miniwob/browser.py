@@ -7,10 +7,10 @@ starting another Chromium (~0.5 s).
 
 Chromium runs in a sandbox (``vlrl.harness.sandbox``, default ``bubblewrap``) as an
 unprivileged user, with its own sandbox on, seeing the system and the task pages read-only and
-its profile folder, under memory, process and disk limits. It shares the host's network
-namespace: ChromeDriver, on the host, reaches it over loopback TCP (its DevTools port). The
-pages are local files and the policy only clicks and types into them, but unlike ``browser`` a
-page here could reach the host's loopback services.
+its profile folder, with no network but its own loopback, under memory, process and disk limits.
+The harness starts it there with a DevTools port on that loopback, and ChromeDriver, on the host,
+attaches to it (``debuggerAddress``) through a relay port on the host's loopback that leads in
+(``vlrl.harness.sandbox.relay``). With ``sandbox='none'`` ChromeDriver starts Chromium itself.
 
 Everything the browser writes (profile, crash database) lives in one temporary directory whose
 path appears on the command line of every Chromium process, including the crash handlers that
@@ -45,7 +45,7 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 from vlrl.harness import HarnessError
 from vlrl.harness.sandbox import Limits, Sandbox, open_sandbox, require
-from vlrl.harness.sandbox.executable import sandboxed_executable
+from vlrl.harness.sandbox.relay import LoopbackRelay
 from vlrl.harness.sandbox.folders import instance_folder, remove_folder
 
 CHROMIUM_FLAGS = (
@@ -62,9 +62,10 @@ CHROMIUM_FLAGS = (
     "--window-size=800,600",
 )
 
-NEEDED = ("isolates_files", "isolates_processes")
+NEEDED = ("isolates_files", "isolates_network", "isolates_processes")
 WANTED = ("limits_memory", "limits_processes", "limits_disk")
-"""What the default sandbox must give: network stays shared with ChromeDriver (module docstring)."""
+DEVTOOLS_PORT = 9222
+"""Chromium's DevTools port on the sandbox's own loopback (each sandbox has its own)."""
 
 TASK_NAMES: tuple[str, ...] = tuple(sorted(path.stem for path in (HTML_DIR / "miniwob").glob("*.html")))
 """MiniWoB++ tasks served from files. The ``flight.*`` tasks need an HTTP server and a larger
@@ -88,43 +89,55 @@ class MiniWoBBrowser:
         self._home = str(root)
         box = root / "box"
         self.sandbox: Sandbox = open_sandbox(
-            sandbox, f"{os.getpid()}-{root.name}", shared=[box], readonly=[HTML_DIR], limits=limits, network=True
+            sandbox, f"{os.getpid()}-{root.name}", shared=[box], readonly=[HTML_DIR], limits=limits
         )
-        try:
-            if sandbox != "none":
-                require("miniwob", self.sandbox, NEEDED, WANTED)
-            binary, flags = self._chromium(chromium, sandbox, box)
-        except BaseException:
-            self.sandbox.close()
-            remove_folder(root)
-            raise
+        self._relay: LoopbackRelay | None = None
         options = webdriver.ChromeOptions()
-        options.binary_location = binary
-        for flag in (*flags, f"--user-data-dir={box}/profile"):
-            options.add_argument(flag)
+        try:
+            if sandbox == "none":  # ChromeDriver starts Chromium on the node; as root it needs --no-sandbox
+                options.binary_location = chromium
+                for flag in (*CHROMIUM_FLAGS, *(["--no-sandbox"] if os.geteuid() == 0 else []), f"--user-data-dir={box}/profile"):
+                    options.add_argument(flag)
+            else:
+                require("miniwob", self.sandbox, NEEDED, WANTED)
+                self._relay = self._start_inside(chromium, box)
+                options.debugger_address = self._relay.address
+        except BaseException:
+            _close_sandbox(self.sandbox, self._relay, root)
+            raise
         # Chromium puts its crash database under XDG_CONFIG_HOME: keep it (and the marker) in our dir.
         service = Service(executable_path=chromedriver, env={**os.environ, "XDG_CONFIG_HOME": str(box)})
         try:
             self.driver = webdriver.Chrome(service=service, options=options)
         except WebDriverException as error:
-            self.sandbox.close()
-            remove_folder(root)
+            _close_sandbox(self.sandbox, self._relay, root)
             raise HarnessError(f"cannot start Chromium {chromium} through {chromedriver}: {error.msg}") from error
         self._service = service
         self.driver_pid: int = service.process.pid
-        self._finalizer = weakref.finalize(self, _shut_down, self.driver, self._home, self.sandbox)
+        self._finalizer = weakref.finalize(self, _shut_down, self.driver, self._home, self.sandbox, self._relay)
         self.task: str | None = None
 
-    def _chromium(self, chromium: str, sandbox: str, box: Path) -> tuple[str, tuple[str, ...]]:
-        """What ChromeDriver starts: a script entering the sandbox, or (``sandbox='none'``)
-        Chromium itself, which as root needs ``--no-sandbox``."""
-        if sandbox == "none":
-            return chromium, (*CHROMIUM_FLAGS, *(["--no-sandbox"] if os.geteuid() == 0 else []))
+    def _start_inside(self, chromium: str, box: Path) -> LoopbackRelay:
+        """Start Chromium in the sandbox with its DevTools port on the sandbox's loopback; the
+        relay that leads there, once Chromium answers on it."""
         (box / "profile").mkdir()
         self.sandbox.own(box)
         env = {"PATH": "/usr/bin:/bin", "HOME": str(box), "LANG": "C.UTF-8", "XDG_CONFIG_HOME": str(box)}
-        script = sandboxed_executable(self.sandbox, chromium, Path(self._home) / "chromium", env=env, cwd=box)
-        return str(script), CHROMIUM_FLAGS
+        argv = [chromium, *CHROMIUM_FLAGS, f"--remote-debugging-port={DEVTOOLS_PORT}", f"--user-data-dir={box}/profile",
+                "about:blank"]  # fmt: skip
+        process = self.sandbox.spawn(argv, env=env, cwd=box, log=box / "chromium.log")
+        sandbox = self.sandbox  # not self: the relay's thread must not keep this browser from its finalizer
+        relay = LoopbackRelay(lambda: sandbox.connect(DEVTOOLS_PORT))
+        deadline = time.monotonic() + PAGE_LOAD_S
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                sandbox.connect(DEVTOOLS_PORT).close()
+                return relay
+            except OSError:
+                time.sleep(0.05)
+        relay.close()
+        log = (box / "chromium.log").read_text(errors="replace")[-500:]
+        raise HarnessError(f"Chromium did not open its DevTools port in the sandbox within {PAGE_LOAD_S:g} s: {log}")
 
     def open(self, task: str) -> None:
         """Show ``task``'s page (no-op when it is already shown and was not navigated away from)."""
@@ -197,7 +210,7 @@ class MiniWoBBrowser:
         self._finalizer()
 
 
-def _shut_down(driver: webdriver.Chrome, home: str, sandbox: Sandbox) -> None:
+def _shut_down(driver: webdriver.Chrome, home: str, sandbox: Sandbox, relay: LoopbackRelay | None) -> None:
     """Quit through ChromeDriver (``quit`` also stops ChromeDriver, even a dead one), then kill
     whatever Chromium process is left, as when ChromeDriver had died. A process is ours when its
     command line holds our own temporary directory, so no other process can be hit."""
@@ -208,8 +221,14 @@ def _shut_down(driver: webdriver.Chrome, home: str, sandbox: Sandbox) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.05)
+    _close_sandbox(sandbox, relay, Path(home))
+
+
+def _close_sandbox(sandbox: Sandbox, relay: LoopbackRelay | None, root: Path) -> None:
+    if relay is not None:
+        relay.close()
     sandbox.close()
-    remove_folder(Path(home))
+    remove_folder(root)
 
 
 def _executable(env_var: str, names: tuple[str, ...]) -> str:

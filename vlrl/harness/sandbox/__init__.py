@@ -60,7 +60,6 @@ def open_sandbox(
     shared: Sequence[Path] = (),
     readonly: Sequence[Path] = (),
     limits: Limits = Limits(),
-    network: bool = False,
 ) -> Sandbox:
     """A ``kind`` sandbox named ``name`` (unique on the machine; it starts with the host's pid),
     sharing the host folders ``shared`` read-write and ``readonly`` read-only, at their paths."""
@@ -70,4 +69,4 @@ def open_sandbox(
         return HostProcesses(name, shared=shared)
     from vlrl.harness.sandbox.bubblewrap import BubblewrapSandbox
 
-    return BubblewrapSandbox(name, shared=shared, readonly=readonly, limits=limits, network=network)
+    return BubblewrapSandbox(name, shared=shared, readonly=readonly, limits=limits)

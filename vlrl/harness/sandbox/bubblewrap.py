@@ -26,6 +26,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -41,7 +42,8 @@ _SYSTEM = ("/usr", "/etc", "/var/cache/fontconfig")
 _MERGED = ("/bin", "/sbin", "/lib", "/lib64", "/lib32")
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
-_MS_NOSUID, _MS_NODEV = 2, 4
+_CLONE_NEWNET = 0x40000000
+_NAMESPACES = ("--unshare-all", "--die-with-parent", "--new-session")
 
 
 class BubblewrapSandbox:
@@ -52,7 +54,6 @@ class BubblewrapSandbox:
         shared: Sequence[Path] = (),
         readonly: Sequence[Path] = (),
         limits: Limits = Limits(),
-        network: bool = False,
     ) -> None:
         problem = unavailable()
         if problem:
@@ -66,7 +67,7 @@ class BubblewrapSandbox:
         self._cgroup: cgroups.CGroup | None = None
         self._closed = False
         self.capabilities = Capabilities(
-            isolates_files=True, isolates_network=not network, isolates_processes=True,
+            isolates_files=True, isolates_network=True, isolates_processes=True,
             limits_memory=self._root, limits_processes=self._root, limits_disk=self._root, can_freeze=self._root,
         )  # fmt: skip
         try:
@@ -79,7 +80,7 @@ class BubblewrapSandbox:
                     _mount_tmpfs(folder, limits.disk_mb)
                     self._mounts.append(folder)
                 self.own(folder)
-            self._holder, self.pid = self._start(network)
+            self._holder, self.pid = self._start()
         except BaseException:
             self.close()
             raise
@@ -108,6 +109,26 @@ class BubblewrapSandbox:
 
     def host_path(self, inside: str) -> Path:
         return Path(f"/proc/{self.pid}/root") / inside.lstrip("/")
+
+    def connect(self, port: int) -> socket.socket:
+        """A TCP connection to ``port`` on the sandbox's own loopback: this thread enters its
+        network namespace (``setns`` applies to the calling thread only), connects, and returns."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        inside = os.open(f"/proc/{self.pid}/ns/net", os.O_RDONLY)
+        try:
+            if libc.setns(inside, _CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), f"cannot enter the network namespace of sandbox {self.name}")
+            try:
+                connection = socket.create_connection(("127.0.0.1", port), timeout=10)
+            finally:
+                if libc.setns(home, _CLONE_NEWNET) != 0:  # a thread left inside would be a leak: fail loudly
+                    raise RuntimeError(f"cannot return to the host's network namespace: errno {ctypes.get_errno()}")
+            connection.settimeout(None)
+            return connection
+        finally:
+            os.close(home)
+            os.close(inside)
 
     def own(self, path: Path) -> None:
         if not self._root:
@@ -139,21 +160,24 @@ class BubblewrapSandbox:
         self._closed = True
         holder = getattr(self, "_holder", None)
         if holder is not None:
-            # The holder is the pid namespace's init: when it dies, the kernel kills the rest.
+            # With the holder dies the namespace's init (self.pid), and with it the kernel kills the
+            # rest; close returns once that init has finished exiting, so nothing is left running.
             _kill(holder)
         if self._cgroup is not None:
             self._cgroup.remove()
+        if holder is not None:
+            _wait_exited(self.pid, START_TIMEOUT_S)
         for folder in self._mounts:
             subprocess.run(["umount", "-l", str(folder)], capture_output=True, check=False)
 
     # -- internals
 
-    def _start(self, network: bool) -> tuple[subprocess.Popen, int]:
+    def _start(self) -> tuple[subprocess.Popen, int]:
         """Start the holder; its host pid once the sandbox is set up. bubblewrap reports the pid
         before it has mapped the uid and mounted the file system, so the holder also says
         ``ready`` from inside, after all of it."""
         read_end, write_end = os.pipe()
-        argv = ["bwrap", *_namespaces(network), *_filesystem(self.shared, self.readonly), "--cap-drop", "ALL",
+        argv = ["bwrap", *_NAMESPACES, *_filesystem(self.shared, self.readonly), "--cap-drop", "ALL",
                 "--info-fd", str(write_end), "sh", "-c", "echo ready; exec sleep infinity"]  # fmt: skip
         try:
             # The holder is pid 1 inside, its environment readable there: nothing of the node's.
@@ -214,7 +238,7 @@ def unavailable() -> str | None:
         if shutil.which(tool) is None:
             return f"`{tool}` is not installed (Debian package {package}; scripts/setup.sh installs it)"
     probe = subprocess.run(
-        ["bwrap", *_namespaces(False), *_filesystem(()), "--cap-drop", "ALL", "true"],
+        ["bwrap", *_NAMESPACES, *_filesystem(()), "--cap-drop", "ALL", "true"],
         capture_output=True, text=True, timeout=30, preexec_fn=_drop if os.geteuid() == 0 else None,
     )  # fmt: skip
     if probe.returncode != 0:
@@ -226,10 +250,6 @@ def _drop() -> None:
     os.setgroups([])
     os.setgid(SANDBOX_UID)
     os.setuid(SANDBOX_UID)
-
-
-def _namespaces(network: bool) -> list[str]:
-    return ["--unshare-all", *(["--share-net"] if network else []), "--die-with-parent", "--new-session"]
 
 
 def _filesystem(shared: Sequence[Path], readonly: Sequence[Path] = ()) -> list[str]:
@@ -281,6 +301,19 @@ def _kill(process: subprocess.Popen) -> None:
         process.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
+
+
+def _wait_exited(pid: int, timeout_s: float) -> None:
+    """Until ``pid`` is gone or a zombie (its exit finished), at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.01)
 
 
 def _alive(pid: int) -> bool:

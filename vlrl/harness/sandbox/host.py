@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import signal
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -55,6 +56,9 @@ class HostProcesses:
 
     def host_path(self, inside: str) -> Path:
         return Path(inside)
+
+    def connect(self, port: int) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", port), timeout=10)
 
     def own(self, path: Path) -> None:
         pass

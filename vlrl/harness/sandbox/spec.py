@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -99,6 +100,10 @@ class Sandbox(Protocol):
     def host_path(self, inside: str) -> Path:
         """Where the host reaches the sandbox's own ``inside`` path (a socket in its private
         ``/tmp``); the sandbox cannot reach anything of the host's this way."""
+
+    def connect(self, port: int) -> socket.socket:
+        """A TCP connection from the host to ``port`` on the sandbox's own loopback (a program's
+        debugging port); nothing inside can open one the other way."""
 
     def own(self, path: Path) -> None:
         """Give ``path`` (in a shared folder, written by the host) to the sandbox's user."""
