@@ -48,7 +48,7 @@ from vlrl.store import LocalStore
 from vlrl.store.ray_store import RayStore
 from vlrl.store.transferqueue_store import TransferQueueStore
 from vlrl.train.lora import LoRA
-from vlrl.train.loss import RL_TIS_CAP, PolicyLoss
+from vlrl.train.loss import RL_DUAL_CLIP, PolicyLoss
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer import Trainer
 from vlrl.train.trainer_group import TrainerGroup
@@ -82,7 +82,7 @@ __all__ = [
     "PolicyLoss",
     "PolicyRollout",
     "Progress",
-    "RL_TIS_CAP",
+    "RL_DUAL_CLIP",
     "RayRuntime",
     "RayStore",
     "Replay",
@@ -124,7 +124,7 @@ def base_recipe(sources: list[DataSource], *, run_dir: str = "runs/train") -> Tr
         driver=Driver.Config(groups_per_batch=8, max_staleness=1, max_groups_in_flight=16, prefetch_batches=1),
         advantage=GroupHook.Config(),
         optim=Optimizer.Config(lr=1e-4 if any(s.agent.max_turns > 1 for s in sources) else 1e-3),
-        loss=PolicyLoss.Config(kind="grpo", tis_cap=RL_TIS_CAP),  # rollouts run ahead: bound stale tokens' weights
+        loss=PolicyLoss.Config(kind="grpo", dual_clip=RL_DUAL_CLIP),  # rollouts run ahead: bound stale tokens' weights
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
         trainer=TrainerGroup.Config(cpus_per_worker=1),
         warm_start=WarmStart(episodes=512, steps=250, sequences_per_step=32, lr=1e-2, point_grid=7),

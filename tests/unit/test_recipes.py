@@ -84,14 +84,15 @@ def _stale_token_gradient(loss_config) -> float:
     return abs(logp.grad.item())
 
 
-def test_stale_tokens_weigh_at_most_the_tis_cap_in_the_base_recipe_and_the_job_s_default():
+def test_stale_tokens_weigh_at_most_the_dual_clip_in_the_base_recipe_and_the_job_s_default():
     """Issue 56: with rollouts ahead of training most tokens are one version old; plain PPO pushes
-    a negative-advantage token down with its ratio as weight, unbounded (11.6 here)."""
+    a negative-advantage token down with its ratio as weight, unbounded (11.6 here); the dual clip
+    gives it no gradient past 3 |A|."""
     from vlrl.job.train_job import TrainJob
-    from vlrl.train.loss import RL_TIS_CAP, PolicyLoss
+    from vlrl.train.loss import RL_DUAL_CLIP, PolicyLoss
 
     config = recipes.base_recipe([DataSource(name="s", codebase="desktop")])
     assert config.driver.prefetch_batches >= 1 and config.driver.max_staleness >= 1  # data can be stale
-    assert _stale_token_gradient(config.loss) <= RL_TIS_CAP
-    assert _stale_token_gradient(TrainJob.Config().loss) <= RL_TIS_CAP
+    assert _stale_token_gradient(config.loss) <= RL_DUAL_CLIP
+    assert _stale_token_gradient(TrainJob.Config().loss) <= RL_DUAL_CLIP
     assert _stale_token_gradient(PolicyLoss.Config(kind="grpo")) == pytest.approx(11.6)  # what it was

@@ -70,7 +70,7 @@ from vlrl.rollout.external import rollout_tenant
 from vlrl.rollout.engine import VLLMEngine
 from vlrl.rollout.rollout_side import TINY, RolloutSide
 from vlrl.rollout.teacher_engine import EngineTeacher
-from vlrl.train.loss import RL_TIS_CAP, PolicyLoss
+from vlrl.train.loss import RL_DUAL_CLIP, PolicyLoss
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.lora import LoRA
 from vlrl.train.trainer import check_lora_fits
@@ -97,11 +97,11 @@ class TrainJob:
         ``steps``), weight decay, betas, gradient clipping. The warm start has its own ``lr`` and
         ``schedule`` and shares the rest."""
 
-        loss: PolicyLoss.Config = field(default_factory=lambda: PolicyLoss.Config(kind="grpo", tis_cap=RL_TIS_CAP))
+        loss: PolicyLoss.Config = field(default_factory=lambda: PolicyLoss.Config(kind="grpo", dual_clip=RL_DUAL_CLIP))
         """The RL stage's policy loss (``loss.kind``, ``loss.clip_low``, ``loss.tis_cap``, ...);
-        the warm start trains with ``kind='sft'``. GRPO with importance weights truncated at
-        ``RL_TIS_CAP`` (2): rollouts run ahead of training by default, so most tokens are one
-        version old (``loss.tis_cap=null`` for plain PPO clipping against the rollout's logprobs)."""
+        the warm start trains with ``kind='sft'``. GRPO with negative-advantage tokens dual-clipped
+        at ``RL_DUAL_CLIP`` (3): rollouts run ahead of training by default, so most tokens are one
+        version old (``loss.dual_clip=null`` for plain PPO, ``loss.tis_cap`` for decoupled PPO)."""
 
         micro_batches: MicroBatchPlanner.Config = field(default_factory=MicroBatchPlanner.Config)
         """How a step's sequences are packed into micro-batches per DP rank
