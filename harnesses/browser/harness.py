@@ -35,7 +35,7 @@ from harnesses.browser.oracle import POLICIES, Screen
 from harnesses.browser.site import check_assets, page_url, serve
 from harnesses.browser.tasks import FAMILIES, Episode
 from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult, int_setting, task_names
-from vlrl.harness.sandbox import Limits, check_available, open_sandbox, require, sandbox_setting
+from vlrl.harness.sandbox import check_available, limits_setting, open_sandbox, require, sandbox_setting
 from vlrl.harness.sandbox.executable import sandboxed_executable
 from vlrl.harness.sandbox.folders import instance_folder, remove_folder
 from vlrl.mm import decode_image
@@ -88,10 +88,8 @@ class BrowserHarness(Harness):
             )
         check_assets()
         self.sandbox = sandbox_setting("browser", sandbox)
-        self.limits = Limits(
-            memory_mb=int_setting("browser", "sandbox_memory_mb", sandbox_memory_mb, 256, 1 << 20),
-            processes=int_setting("browser", "sandbox_processes", sandbox_processes, 64, 1 << 20),
-            disk_mb=int_setting("browser", "sandbox_disk_mb", sandbox_disk_mb, 64, 1 << 20),
+        self.limits = limits_setting(
+            "browser", memory_mb=sandbox_memory_mb, processes=sandbox_processes, disk_mb=sandbox_disk_mb
         )
         check_available("browser", self.sandbox)
         self._owner = threading.get_ident()

@@ -32,7 +32,7 @@ from harnesses.xdesktop.session import XSession, check_packages
 from harnesses.xdesktop.tasks import FAMILIES, Episode
 from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult, int_setting, task_names
 from vlrl.harness.key_policy import KeyPolicy, chord_setting
-from vlrl.harness.sandbox import Limits, check_available, require, sandbox_setting
+from vlrl.harness.sandbox import check_available, limits_setting, require, sandbox_setting
 
 NEEDED = ("isolates_files", "isolates_network", "isolates_processes")
 WANTED = ("limits_memory", "limits_processes", "limits_disk")
@@ -73,10 +73,8 @@ class XDesktopHarness(Harness):
             self.tasks = task_names("xdesktop", tasks, tuple(FAMILIES))
         check_packages()
         self.sandbox = sandbox_setting("xdesktop", sandbox)
-        self.limits = Limits(
-            memory_mb=int_setting("xdesktop", "sandbox_memory_mb", sandbox_memory_mb, 128, 1 << 20),
-            processes=int_setting("xdesktop", "sandbox_processes", sandbox_processes, 32, 1 << 20),
-            disk_mb=int_setting("xdesktop", "sandbox_disk_mb", sandbox_disk_mb, 16, 1 << 20),
+        self.limits = limits_setting(
+            "xdesktop", memory_mb=sandbox_memory_mb, processes=sandbox_processes, disk_mb=sandbox_disk_mb
         )
         check_available("xdesktop", self.sandbox)
         self._rng = random.Random()

@@ -28,7 +28,6 @@ import contextlib
 import os
 import select
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -38,7 +37,8 @@ import psutil
 
 from vlrl.harness import HarnessError
 from vlrl.harness.sandbox import Limits, Sandbox, open_sandbox
-from vlrl.harness.sandbox.folders import alive, instance_folder, remove_folder
+from vlrl.harness.sandbox.folders import instance_folder, remove_folder
+from vlrl.harness.sandbox.processes import alive, kill_group
 
 PACKAGES = {
     "Xvfb": "xvfb",
@@ -178,7 +178,7 @@ class XSession:
         whatever they started in sessions of their own (a terminal's shell, a command the agent
         ran in the background): every process whose environment names this session's home."""
         for process in self._apps:
-            _kill_group(process)
+            kill_group(process)
         self._apps.clear()
         _kill_by_home(str(self.home), keep=_with_descendants(self._system))
 
@@ -198,14 +198,14 @@ class XSession:
         self._closed = True
         self.kill_apps()
         for process in reversed(self._system):
-            _kill_group(process)
+            kill_group(process)
         self._system.clear()
         _kill_by_home(str(self.home), keep=set())
         if hasattr(self, "sandbox"):
             self.sandbox.close()
         self._release_display()
         remove_folder(self.root)
-        _kill_group(self._reaper)
+        kill_group(self._reaper)
 
     # -- internals
 
@@ -328,14 +328,3 @@ def _sweep_displays() -> None:
                 for path in (link, lock):
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass

@@ -24,7 +24,7 @@ SANDBOX_KINDS = ("bubblewrap", "none")
 
 __all__ = [
     "CAPABILITY_NAMES", "SANDBOX_KINDS", "Capabilities", "Limits", "Sandbox", "SandboxLimitError",
-    "SandboxUnavailable", "Usage", "check_available", "open_sandbox", "require", "sandbox_setting",
+    "SandboxUnavailable", "Usage", "check_available", "limits_setting", "open_sandbox", "require", "sandbox_setting",
 ]  # fmt: skip
 
 
@@ -32,6 +32,18 @@ def sandbox_setting(harness: str, value: object) -> str:
     if value not in SANDBOX_KINDS:
         raise ValueError(f"{harness} harness setting sandbox={value!r}; expected one of {list(SANDBOX_KINDS)}")
     return value  # type: ignore[return-value]
+
+
+def limits_setting(harness: str, *, memory_mb: object, processes: object, disk_mb: object) -> Limits:
+    """The harness settings ``sandbox_memory_mb``, ``sandbox_processes``, ``sandbox_disk_mb`` as
+    ``Limits``, or a ``ValueError`` naming the setting."""
+    from vlrl.harness.settings import int_setting
+
+    return Limits(
+        memory_mb=int_setting(harness, "sandbox_memory_mb", memory_mb, 64, 1 << 22),
+        processes=int_setting(harness, "sandbox_processes", processes, 8, 1 << 22),
+        disk_mb=int_setting(harness, "sandbox_disk_mb", disk_mb, 1, 1 << 22),
+    )
 
 
 def check_available(harness: str, kind: str) -> None:

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from vlrl.harness.sandbox import cgroups
+from vlrl.harness.sandbox.processes import alive, kill_group
 from vlrl.harness.sandbox.spec import Capabilities, Limits, SandboxLimitError, SandboxUnavailable, Usage
 
 SANDBOX_UID = 65534
@@ -72,7 +73,7 @@ class BubblewrapSandbox:
         )  # fmt: skip
         try:
             if self._root:
-                cgroups.sweep_orphans(_alive)
+                cgroups.sweep_orphans(alive)
                 self._cgroup = cgroups.CGroup(name, memory_bytes=limits.memory_mb << 20, processes=limits.processes)
             for folder in self.shared:
                 folder.mkdir(parents=True, exist_ok=True)
@@ -162,7 +163,7 @@ class BubblewrapSandbox:
         if holder is not None:
             # With the holder dies the namespace's init (self.pid), and with it the kernel kills the
             # rest; close returns once that init has finished exiting, so nothing is left running.
-            _kill(holder)
+            kill_group(holder)
         if self._cgroup is not None:
             self._cgroup.remove()
         if holder is not None:
@@ -198,7 +199,7 @@ class BubblewrapSandbox:
                 raise ValueError(ready)
             return holder, int(json.loads(info)["child-pid"])
         except (ValueError, KeyError):
-            _kill(holder)
+            kill_group(holder)
             error = holder.stderr.read().decode(errors="replace").strip() if holder.stderr else ""
             raise SandboxUnavailable(f"bubblewrap did not start a sandbox: {error or info or 'no output'}") from None
 
@@ -292,17 +293,6 @@ def _read_all(fd: int, timeout_s: float, until: bytes | None = None) -> str:
     return data.decode(errors="replace")
 
 
-def _kill(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-
-
 def _wait_exited(pid: int, timeout_s: float) -> None:
     """Until ``pid`` is gone or a zombie (its exit finished), at most ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -314,13 +304,3 @@ def _wait_exited(pid: int, timeout_s: float) -> None:
         if state in ("Z", "X"):
             return
         time.sleep(0.01)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

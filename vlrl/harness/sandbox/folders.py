@@ -10,6 +10,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from vlrl.harness.sandbox.processes import alive
+
 
 def instance_folder(prefix: str) -> Path:
     sweep_orphans(prefix)
@@ -28,13 +30,3 @@ def sweep_orphans(prefix: str) -> None:
         pid = folder.name[len(prefix) :].split("-", 1)[0]
         if pid.isdigit() and not alive(int(pid)):
             remove_folder(folder)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
