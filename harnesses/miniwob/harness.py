@@ -77,9 +77,12 @@ class MiniWoBHarness(Harness):
         """Where Chromium runs: "bubblewrap", a sandbox as an unprivileged user with its own
         sandbox on (``vlrl.harness.sandbox``); "none", on the node (one warning a process)."""
         sandbox_memory_mb: Annotated[int, Ge(256)] = 2048
+        """Memory of the sandbox's whole process tree (and its box); past it the kernel kills
+        inside and the episode fails naming the limit."""
         sandbox_processes: Annotated[int, Ge(64)] = 1024
         """Tasks (threads count) the sandbox may hold."""
         sandbox_disk_mb: Annotated[int, Ge(64)] = 512
+        """Size of the sandbox's box (Chromium's profile), a tmpfs."""
 
         def check(self) -> None:
             unknown = [task for task in self.tasks or () if task not in TASK_NAMES]
