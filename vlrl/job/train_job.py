@@ -28,6 +28,7 @@ so with the figures, unless ``warm_start.continue_below_baseline``. The run fold
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import shutil
@@ -49,6 +50,7 @@ from vlrl.job.evaluate import EvalResult, Evaluation, evaluate
 from vlrl.job.meters import batch_metrics, book_metrics
 from vlrl.job.metrics_log import read_metrics
 from vlrl.job.plots import EPISODES_DIR
+from vlrl.job.processes import handle_sigterm, run_processes
 from vlrl.job.progress import Progress
 from vlrl.job.rl_step import rl_step
 from vlrl.job.run_folder import SUMMARY_FILE
@@ -214,13 +216,17 @@ class TrainJob:
         started = time.perf_counter()
         config.preflight()
         _maybe_report_tiny_rates(config)
-        started_ray = config.ray.ensure()
-        try:
-            with JobSession(config) as session:
-                summary = asyncio.run(self._main(session, started))
-        finally:
-            if started_ray:
-                ray.shutdown()
+        local = config.ray.address is None and not ray.is_initialized()  # a Ray of its own: its processes are the run's
+        with run_processes() if local else contextlib.nullcontext():
+            started_ray = config.ray.ensure()
+            if local:
+                handle_sigterm()  # ray.init set Ray's own handler, which aborts past every finally
+            try:
+                with JobSession(config) as session:
+                    summary = asyncio.run(self._main(session, started))
+            finally:
+                if started_ray:
+                    ray.shutdown()
         print(json.dumps(summary), flush=True)
         return summary
 
