@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from vlrl.errors import PicklesWhole
 from vlrl.harness.errors import HarnessError
 
 
@@ -23,13 +24,13 @@ class SandboxUnavailable(HarnessError):
     """The machine cannot give the sandbox a harness asked for (a tool, a namespace, a cgroup)."""
 
 
-class SandboxLimitError(HarnessError):
+class SandboxLimitError(PicklesWhole, HarnessError):
     """A program of the sandbox hit one of its limits (memory, processes): the episode ends as a
     failure with this reason and the instance is replaced; the host process goes on."""
 
     def __init__(self, limit: str, detail: str) -> None:
         super().__init__(f"sandbox {limit} limit hit: {detail}")
-        self.limit = limit
+        self.limit, self.detail = limit, detail
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
