@@ -74,11 +74,19 @@ class CGroup:
             return "processes", f"{now['pids_max'] - before['pids_max']} fork(s) refused at the process limit"
         return None
 
-    def freeze(self, frozen: bool) -> None:
+    def freeze(self, frozen: bool, timeout_s: float = 5.0) -> None:
+        """Freeze (or thaw) every process of the group; returns once the kernel says it is done
+        (a freeze is FREEZING until the last task stops)."""
+        path = self.paths["freezer"]
         if self.v2:
-            (self.paths["freezer"] / "cgroup.freeze").write_text("1" if frozen else "0")
+            (path / "cgroup.freeze").write_text("1" if frozen else "0")
+            done = lambda: _keyed(path / "cgroup.events").get("frozen") == int(frozen)  # noqa: E731
         else:
-            (self.paths["freezer"] / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
+            (path / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
+            done = lambda: (path / "freezer.state").read_text().strip() == ("FROZEN" if frozen else "THAWED")  # noqa: E731
+        deadline = time.monotonic() + timeout_s
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def kill_all(self, timeout_s: float = 5.0) -> None:
         """SIGKILL every process in the group (thawed first: a frozen process cannot die)."""
