@@ -3,7 +3,7 @@ rank holds, with and without ``layout.ep``.
 
 Each layout runs in a spawn of its own (so a rank's peak RSS is its own layout's): a float32
 ``Trainer`` on gloo ranks takes one step on the parallel tests' workload
-(``tests.helpers.trainer_workload``: packed multi-turn sequences with images), every call of
+(``vlrl.bench.trainer_workload``: packed multi-turn sequences with images), every call of
 ``all_to_all_single`` over the EP group counted (rows and bytes this rank sent to and received
 from the other ranks, its own split excluded, as ``vlrl.bench.collective_bytes`` counts), and
 each rank reports:
@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from tests.helpers.trainer_workload import make_workload
-from tests.helpers.worlds import World, run_worlds
+from vlrl.bench.trainer_workload import make_workload
+from vlrl.bench.worlds import World, run_worlds
 from vlrl.models import build_tiny
 from vlrl.pack import Layout
 from vlrl.train.trainer import Trainer

@@ -113,3 +113,16 @@ def test_the_architecture_doc_draws_the_same_layers():
     rows = [line.split(":", 1)[1].split() for line in drawn.group(1).strip().splitlines()]
     names = tuple(tuple(n if n in ("encoders", "harnesses", "vlrl") else f"vlrl.{n}" for n in row) for row in rows)
     assert names == tuple(reversed(LAYERS))
+
+
+def test_nothing_outside_tests_imports_tests():
+    """Scripts, examples and the packages run without the test tree (an installed vlrl has none)."""
+    found = []
+    for top in ("vlrl", "encoders", "harnesses", "scripts", "examples"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module]
+                found += [f"{path.relative_to(ROOT)}:{node.lineno}" for n in names if n.split(".")[0] == "tests"]
+    assert found == []

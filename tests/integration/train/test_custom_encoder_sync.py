@@ -15,7 +15,7 @@ import torch
 from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
 from encoders.spec import STATE_PREFIX
-from tests.helpers.trainer_workload import make_workload
+from vlrl.bench.trainer_workload import make_workload
 from vlrl.config import load_recipe, validate
 from vlrl.mm import PatchRule, patch_rule_of
 from vlrl.pack import Layout, MicroBatchPlanner

@@ -5,7 +5,7 @@ the family's own transformers class and gives the trainer's logprobs. (Qwen2-VL'
 ``test_trainer_group``.)
 
 The trainer and the engine run as they do inside their actors, without Ray: every family's step
-in one spawned 1-rank world (``tests.helpers.worlds``), its ``Trainer`` built from the config a
+in one spawned 1-rank world (``vlrl.bench.worlds``), its ``Trainer`` built from the config a
 ``TrainerGroup`` gives its ranks, and the engine's ``EngineCore`` in this process. The Ray wiring
 around them (the group's push through the object store, the engine actor) is the same for every
 family, and ``test_trainer_group`` checks it; an actor per family and side cost ~5 CPU s of imports
@@ -20,8 +20,8 @@ import pytest
 from transformers import AutoProcessor
 
 from tests.helpers.chat import run_core
-from tests.helpers.trainer_workload import Workload, make_workload, reference_token_logprobs
-from tests.helpers.worlds import World, run_worlds
+from vlrl.bench.trainer_workload import Workload, make_workload, reference_token_logprobs
+from vlrl.bench.worlds import World, run_worlds
 from vlrl.config import validate
 from vlrl.models import build_tiny, family
 from vlrl.pack import Layout, MicroBatchPlanner

@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from transformers import AutoProcessor
 
-from tests.helpers.trainer_workload import make_workload, reference_token_logprobs
+from vlrl.bench.trainer_workload import make_workload, reference_token_logprobs
 from tests.integration.train.test_trainer_parallel import LOSS, trainer_config
 from vlrl.models import family_of
 from vlrl.pack import Layout

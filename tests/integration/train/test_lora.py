@@ -23,8 +23,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from transformers import AutoProcessor
 
 from tests.helpers.chat import part
-from tests.helpers.trainer_workload import Workload, make_workload, reference_step, reference_token_logprobs
-from tests.helpers.worlds import World, run_worlds
+from tests.helpers.trainer_workload import reference_step
+from vlrl.bench.trainer_workload import Workload, make_workload, reference_token_logprobs
+from vlrl.bench.worlds import World, run_worlds
 from tests.integration.train.test_trainer_families import MOE_LOSS
 from tests.integration.train.test_trainer_parallel import LOSS, trainer_config
 from vlrl.models import build_tiny, family_of
@@ -124,7 +125,7 @@ def lora_main(rank: int, world: int, path: str, work: Workload, ckpt: str, confi
 @pytest.fixture(scope="module")
 def spawned(tmp_path_factory) -> dict:
     """Each family's checkpoint, workload, config, rank 0's results and checkpoint folder: every
-    family's 2-rank world in one spawn (``tests.helpers.worlds``)."""
+    family's 2-rank world in one spawn (``vlrl.bench.worlds``)."""
     tmp = tmp_path_factory.mktemp("lora")
     builds, worlds = {}, []
     for family in sorted(LORAS):

@@ -18,7 +18,7 @@ whose ranks route their own shards through the same experts (1x2x2). The weights
 after the step are ``Trainer.full_weights``, what a push and a checkpoint's ``hf/`` carry: under
 EP the experts gathered whole from the ranks holding them.
 
-Every world runs in one spawn of 4 processes (``tests.helpers.worlds``)."""
+Every world runs in one spawn of 4 processes (``vlrl.bench.worlds``)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ from dataclasses import replace
 
 import pytest
 
-from tests.helpers.trainer_workload import make_workload, reference_step
-from tests.helpers.worlds import run_worlds
+from tests.helpers.trainer_workload import reference_step
+from vlrl.bench.trainer_workload import make_workload
+from vlrl.bench.worlds import run_worlds
 from tests.integration.train.test_trainer_parallel import LOSS, _assert_matches, layouts_world, trainer_config
 from vlrl.models import build_tiny
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
-from tests.helpers.trainer_workload import make_workload, reference_token_logprobs
+from vlrl.bench.trainer_workload import make_workload, reference_token_logprobs
 from vlrl.config import validate
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.rollout.engine import EmbeddedEngine

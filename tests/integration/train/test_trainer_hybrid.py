@@ -5,13 +5,14 @@ single-process transformers forward of each sequence. Under CP the sequences str
 ranks' chunk borders, so a DeltaNet layer must bring each segment's state and conv window from
 the ranks holding its earlier chunks; under TP its heads are split.
 
-All layouts run in one spawn of 4 processes (``tests.helpers.worlds``): 1x2x2, then the 2-rank
+All layouts run in one spawn of 4 processes (``vlrl.bench.worlds``): 1x2x2, then the 2-rank
 layouts on its first two."""
 
 from __future__ import annotations
 
-from tests.helpers.trainer_workload import make_workload, reference_step
-from tests.helpers.worlds import run_worlds
+from tests.helpers.trainer_workload import reference_step
+from vlrl.bench.trainer_workload import make_workload
+from vlrl.bench.worlds import run_worlds
 from tests.integration.train.test_trainer_parallel import _assert_matches, layouts_world, trainer_config
 from vlrl.models import build_tiny
 from vlrl.pack import Layout

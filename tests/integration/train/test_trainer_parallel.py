@@ -2,7 +2,7 @@
 and every parameter's gradient (vision tower included) of a plain single-process forward of each
 sequence, on packed multi-turn sequences whose images straddle CP and TP borders.
 
-Every case of this module runs in one spawn of 4 processes (``tests.helpers.worlds``: the 4-rank
+Every case of this module runs in one spawn of 4 processes (``vlrl.bench.worlds``: the 4-rank
 layouts, then the 2-rank ones, then single ranks), built once by the ``runs`` fixture; each test
 checks its cases' results. Spawning a world per case cost ~5 CPU s of imports a process."""
 
@@ -16,8 +16,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.helpers.trainer_workload import Workload, make_workload, reference_step
-from tests.helpers.worlds import World, run_worlds
+from tests.helpers.trainer_workload import reference_step
+from vlrl.bench.trainer_workload import Workload, make_workload
+from vlrl.bench.worlds import World, run_worlds
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.optimizer import Optimizer

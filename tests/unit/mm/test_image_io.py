@@ -371,9 +371,14 @@ def test_encode_writes_the_named_format(fmt: str, magic: bytes) -> None:
     assert encode_image(smooth_rgb(), fmt).startswith(magic)
 
 
-def test_encode_canonicalises_first() -> None:
-    rgba = np.random.default_rng(3).integers(0, 256, (5, 6, 4), dtype=np.uint8)
-    np.testing.assert_array_equal(decode_image(encode_image(rgba)), decode_image(rgba))
+@pytest.mark.parametrize("shape", [(5, 6, 4), (5, 6)], ids=["rgba", "gray"])
+def test_encode_canonicalises_first(shape: tuple[int, ...]) -> None:
+    """The bytes hold the canonical RGB image: decoding would canonicalise an RGBA or gray file
+    too, so the test opens the file itself and checks its mode."""
+    pixels = np.random.default_rng(3).integers(0, 256, shape, dtype=np.uint8)
+    with Image.open(io.BytesIO(encode_image(pixels))) as image:
+        assert image.mode == "RGB"
+        np.testing.assert_array_equal(np.asarray(image), decode_image(pixels))
 
 
 def test_encode_validates_its_input_like_decode() -> None:

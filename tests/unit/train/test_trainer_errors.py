@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.helpers.trainer_workload import make_workload
+from vlrl.bench.trainer_workload import make_workload
 from vlrl.pack import Layout, MicroBatchPlanner, cut_window
 from vlrl.records import fields_for
 from vlrl.train.mrope import sequence_mrope
