@@ -8,6 +8,7 @@ success, when the goal can no longer be reached (a wrong button, a wrong menu it
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any, ClassVar
 
@@ -65,6 +66,15 @@ class DesktopHarness(Harness):
         self._ended = terminated or truncated
         info = {"task": task.name, "success": success, "hit": hit, "steps": self._steps}
         return self._observe(), float(success), terminated, truncated, info
+
+    def fork(self) -> DesktopHarness:
+        """A copy of this instance, its episode and random stream included: the scene is plain
+        widget objects, so a deep copy is the same state; the fonts (``Metrics``, read-only) are
+        shared, not copied."""
+        twin = copy.copy(self)
+        twin._rng = copy.deepcopy(self._rng)
+        twin._task = copy.deepcopy(self._task, {id(self._metrics): self._metrics})
+        return twin
 
     def oracle(self) -> Action:
         """The scripted policy's next action from the current state (a mid-episode start included)."""

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from vlrl.harness.actions import Action
+from vlrl.harness.errors import HarnessError
 from vlrl.harness.key_policy import KeyPolicy
 from vlrl.harness.observation import Observation
 
@@ -61,6 +62,13 @@ class Harness(ABC):
         """The next action of a scripted policy that solves the current episode, if the harness has one
         (used for demonstrations and tests, never during RL)."""
         return None
+
+    def fork(self) -> Harness:
+        """A new instance in this one's state, screen for screen, that goes on independently (a
+        branching rollout's branches start from it). Override where the state can be copied; a
+        harness that does not is replayed instead (``vlrl.harness.fork``), which needs only that
+        the same seed, options and actions give the same screens."""
+        raise HarnessError(f"{type(self).__name__} does not fork; replay it (vlrl.harness.fork.replay)")
 
     def key_policy(self) -> KeyPolicy | None:
         """The key and text rules of the current episode: the default deny list on a real desktop,

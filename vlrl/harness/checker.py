@@ -26,6 +26,12 @@ The behaviour rules, in the order they run:
 8. ``oracle`` (a harness that defines one): played from ``reset(seed)`` for each of the
    ``ORACLE_SEEDS``, it solves at least ``ORACLE_MIN_SOLVE_RATE`` of the episodes it has a script
    for, since the warm start learns from its demonstrations; the rule reports the rate.
+9. ``replay``: an episode of up to ``REPLAY_MOVES`` moves (the oracle's, else seeded clicks; the
+   first of ``REPLAY_SEEDS`` seeds whose episode lasts past one move) is recorded on one instance and replayed on the other (``vlrl.harness.fork.replay``): every
+   screen must have the recorded state, since branching rollouts restart episodes this way.
+10. ``fork`` (a harness that overrides ``fork``): a fork taken after the first move and the
+   original, sent the further moves in turns, both show the recorded screens: the copy is the
+   same state, and stepping one leaves the other alone.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import numpy as np
 from vlrl.harness.actions import Action
 from vlrl.harness.base import Harness
 from vlrl.harness.errors import ActionError, HarnessError
+from vlrl.harness.fork import EpisodeRecord, ReplayDivergence, forks, replay, state_of
 from vlrl.harness.observation import Observation
 from vlrl.harness.settings import declared_int_default
 from vlrl.registry import ContractError, PluginSpec
@@ -52,6 +59,12 @@ ORACLE_SEEDS = tuple(range(8))
 most of them played (a rate on 8 episodes is known to about +-0.18)."""
 ORACLE_MAX_STEPS = 100
 """Steps after which an oracle episode that has not ended counts as unsolved."""
+REPLAY_MOVES = 4
+"""Moves of the episode the replay and fork rules record: enough to cross a few screens, few
+enough for a real browser (about 0.3 s a move)."""
+REPLAY_SEEDS = 4
+"""Seeds tried, from the determinism rule's last, for an episode that lasts past its first move
+(one that ends at once leaves nothing to fork)."""
 
 
 class HarnessContractError(ContractError, AssertionError):
@@ -123,6 +136,13 @@ def contract(
         _check_bounds(first)
         yield "bounds"
         yield _check_oracle(first, oracle_seeds)
+        record = _record_episode(first, seeds[-1])
+        for seed in range(seeds[-1] + 1, seeds[-1] + REPLAY_SEEDS):  # one that lasts past a fork, if any does
+            if len(record.moves) > 1:
+                break
+            record = _record_episode(first, seed)
+        yield _check_replay(second, record)
+        yield _check_fork(first, record)
     finally:
         first.close()
         second.close()
@@ -289,3 +309,65 @@ def _oracle_solves(harness: Harness, action: Action, seed: int) -> bool:
         if action is None:
             return False
     return False
+
+
+def _record_episode(harness: Harness, seed: int) -> EpisodeRecord:
+    """Up to ``REPLAY_MOVES`` moves from ``reset(seed)``: the oracle's where it has one, else
+    clicks drawn from a generator seeded by ``seed``; each screen's state recorded."""
+    rng = np.random.default_rng(seed)
+    obs, _ = harness.reset(seed=seed)
+    moves: list[Action] = []
+    states = [state_of(obs)]
+    for _ in range(REPLAY_MOVES):
+        move = harness.oracle()
+        if move is None:
+            move = Action.click(int(rng.integers(obs.width)), int(rng.integers(obs.height)))
+        try:
+            obs, _, terminated, truncated, _ = _step_types(harness.step(move))
+        except ActionError:
+            terminated = truncated = False  # refused: the screen stays, as replay will find it
+        moves.append(move)
+        states.append(state_of(obs))
+        if terminated or truncated:
+            break
+    return EpisodeRecord(seed, None, tuple(moves), tuple(states))
+
+
+def _check_replay(harness: Harness, record: EpisodeRecord) -> str:
+    try:
+        replay(harness, record, len(record.states) - 1)
+    except ReplayDivergence as error:
+        raise HarnessContractError(
+            "replay",
+            f"seed {record.seed}, moves {[str(m) for m in record.moves]} replayed on a second instance: {error};"
+            " most likely the harness draws from a random source its reset seed does not set, or shows time",
+        ) from None
+    return f"replay: {len(record.states)} screens identical on a second instance"
+
+
+def _check_fork(harness: Harness, record: EpisodeRecord) -> str:
+    """Fork after the first move; the twin and the original both take the remaining moves."""
+    if not forks(harness):
+        return "fork: none (branches replay)"
+    if len(record.moves) < 2:
+        return f"fork: not checked (the seed-{record.seed} episode ended after {len(record.moves)} move)"
+    replay(harness, record, 1)
+    twin = harness.fork()
+    try:
+        _expect("fork", isinstance(twin, type(harness)), f"fork() returned {_type_name(twin)}; expected a {type(harness).__name__}")
+        _expect("fork", twin is not harness, "fork() returned the instance itself; expected a copy")
+        for turn, move in enumerate(record.moves[1:], start=2):  # in turns: neither may move the other
+            for name, instance in (("the fork", twin), ("the original", harness)):
+                try:
+                    obs = _step_types(instance.step(move))[0]
+                except ActionError:
+                    continue
+                _expect(
+                    "fork",
+                    state_of(obs) == record.states[turn],
+                    f"{name}, sent move {turn - 1} ({move}) after a fork at turn 1, shows another screen than the"
+                    " recorded one; a fork must copy the whole state and share nothing that steps change",
+                )
+    finally:
+        twin.close()
+    return f"fork: {len(record.moves) - 1} screen(s) after a fork identical on the fork and the original"

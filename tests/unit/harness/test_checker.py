@@ -157,7 +157,7 @@ def test_on_its_defaults_the_screen_must_have_the_size_the_constructor_declares(
 
 def test_the_oracle_must_solve_at_least_the_threshold():
     assert ORACLE_MIN_SOLVE_RATE == 0.5
-    assert list(contract(EvenSeedOracle))[-1] == "oracle: solved 4/8 episodes (50%)"
+    assert "oracle: solved 4/8 episodes (50%)" in list(contract(EvenSeedOracle))
     with pytest.raises(HarnessContractError, match=r"rule 'oracle': the oracle solved 1 of 3 episodes .* 33%"):
         check_harness(EvenSeedOracle, oracle_seeds=(0, 1, 3))
 
@@ -172,9 +172,11 @@ def test_a_sound_harness_passes_every_rule_and_reports_the_oracle_rate():
         "order",
         "bounds",
         "oracle: solved 8/8 episodes (100%)",
+        "replay: 3 screens identical on a second instance",
+        "fork: 1 screen(s) after a fork identical on the fork and the original",
     ]
-    assert list(contract(NoScript, oracle_seeds=(0, 1)))[-1] == "oracle: no script for the episodes of seeds [0, 1]"
-    assert list(contract(NoOracle))[-1] == "oracle: none"
+    assert "oracle: no script for the episodes of seeds [0, 1]" in list(contract(NoScript, oracle_seeds=(0, 1)))
+    assert "oracle: none" in list(contract(NoOracle))
 
 
 def test_vlrl_check_runs_the_new_rules_on_a_registered_id():
