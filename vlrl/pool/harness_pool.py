@@ -26,6 +26,7 @@ from vlrl.pool.budget import LOOP_POOL, HostBudget
 from vlrl.pool.env_host import EnvHost
 from vlrl.pool.host_config import HostConfig
 from vlrl.pool.host_pool import HostLease, HostPool
+from vlrl.pool.host_startup import StartingHost, wait_started
 from vlrl.pool.loop_host import LoopHost
 from vlrl.pool.remote_errors import describe
 from vlrl.pool.tenant import EnvAssignment, Tenant, TenantOutcome
@@ -80,8 +81,10 @@ class HarnessPool:
         max_attempts: Annotated[int, Ge(1)] = 3
         """Runs of one tenant when its host dies under it; a tenant's own failure is never retried."""
 
-        startup_timeout_s: Annotated[float, Gt(0)] = 120.0
-        """Seconds for every host to start (and import its codebase) before start-up fails."""
+        startup_timeout_s: Annotated[float, Gt(0)] = 300.0
+        """Seconds for every host to start (and import its codebase) before start-up fails, naming
+        each late host and what Ray knows of it; hosts still starting are logged every 15 s. On an
+        idle 2-core machine hosts start in seconds; at load average 80 the main job's took over 120 s."""
 
         max_programs_per_host: Annotated[int, Ge(1)] | None = None
         """Agent programs (``DataSource.external``) one loop host runs at once, in training and
@@ -186,13 +189,12 @@ class HarnessPool:
         """Block until every host answers, so that start-up errors (a codebase that fails to
         import, too few resources) surface here and placement starts from idle hosts."""
         pools = [self.loop, *self.envs.values()]
-        refs = {host.in_flight.remote(): pool.name for pool in pools for host in pool.hosts()}
-        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
-        if pending:
+        hosts = [StartingHost(pool.name, name, handle) for pool in pools for name, handle in pool.named_hosts()]
+        try:
+            wait_started(hosts, timeout_s)
+        except BaseException:
             self.shutdown()
-            late = sorted({refs[r] for r in pending})
-            raise TimeoutError(f"hosts of pool(s) {late} did not start within {timeout_s:g} s (check Ray resources)")
-        ray.get(ready)  # raises the host's own start-up error, if any
+            raise
 
     def shutdown(self) -> None:
         """Close every harness instance on every env host, then end all hosts."""

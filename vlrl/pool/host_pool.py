@@ -65,6 +65,10 @@ class HostPool:
     def hosts(self) -> list[Any]:
         return [slot.host for slot in self._slots]
 
+    def named_hosts(self) -> list[tuple[str, Any]]:
+        """Each slot's host with its actor name."""
+        return [(self._host_name(i, slot.generation), slot.host) for i, slot in enumerate(self._slots)]
+
     def in_flight(self) -> list[int]:
         return [slot.in_flight for slot in self._slots]
 

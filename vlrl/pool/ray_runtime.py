@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
 
-from vlrl.config import Ge
+from vlrl.config import Ge, Gt
+from vlrl.pool.host_startup import load_average
+
+log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 
@@ -38,6 +42,11 @@ class RayRuntime:
     object_store_mb: Annotated[int, Ge(128)] = 1024
     """Object store size of a local Ray, in MiB."""
 
+    startup_timeout_s: Annotated[float, Gt(0)] = 300.0
+    """Seconds a local Ray may take to start. Ray gives its raylet a fixed 30 s to register ("The
+    current node timed out during startup"), which a loaded machine can miss (seen at load average
+    20-36 on 2 cores); vlrl starts it again, logging each try, until this bound is spent."""
+
     def ensure(self) -> bool:
         """Connect if this process is not connected yet; True when this call started the connection."""
         import ray
@@ -47,6 +56,33 @@ class RayRuntime:
         if self.address is not None:
             ray.init(address=self.address, log_to_driver=False)
             return True
+        start, attempt = time.monotonic(), 0
+        while True:
+            attempt += 1
+            try:
+                self._start_local()
+                return True
+            except Exception as error:  # Ray raises a bare Exception for a slow raylet
+                if RAYLET_TIMEOUT not in str(error):
+                    raise
+                ray.shutdown()
+                spent = time.monotonic() - start
+                if spent >= self.startup_timeout_s:
+                    raise RayStartupTimeout(
+                        f"a local Ray did not start in {attempt} tries over {spent:.0f} s (load average"
+                        f" {load_average()}): each time its raylet missed Ray's fixed {RAYLET_WAIT_S} s to register"
+                        f" (Ray's logs: {RAY_LOGS}). Raise ray.startup_timeout_s, give the run a less loaded"
+                        " machine, or start Ray beforehand (`ray start --head`) and join it with ray.address"
+                    ) from error
+                log.warning(
+                    "a local Ray did not start (try %d, %.0f s of ray.startup_timeout_s=%g spent, load average %s):"
+                    " its raylet missed Ray's fixed %d s to register; starting it again",
+                    attempt, spent, self.startup_timeout_s, load_average(), RAYLET_WAIT_S,
+                )  # fmt: skip
+
+    def _start_local(self) -> None:
+        import ray
+
         with _single_machine(), _without_opt_out_warning():
             ray.init(
                 address="local",
@@ -56,7 +92,18 @@ class RayRuntime:
                 object_store_memory=self.object_store_mb * 1024**2,
                 log_to_driver=False,
             )
-        return True
+
+
+RAYLET_TIMEOUT = "timed out during startup"
+"""Words of Ray's error when its raylet did not register in time."""
+RAYLET_WAIT_S = 30
+"""Ray's fixed wait for a new raylet to register (``ray/_private/node.py``)."""
+RAY_LOGS = "/tmp/ray/session_latest/logs"
+"""Where a local Ray's processes log (raylet.out, gcs_server.out)."""
+
+
+class RayStartupTimeout(RuntimeError):
+    """A local Ray that did not start within ``RayRuntime.startup_timeout_s``."""
 
 
 @contextmanager
