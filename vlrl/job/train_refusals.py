@@ -14,11 +14,18 @@ from vlrl.job.run_folder import BrokenCheckpoint, read_checkpoint_state
 from vlrl.records import SAMPLING_TEMPERATURE
 from vlrl.rollout.engine import VLLMEngine
 from vlrl.rollout.engine.sampling import sampled_fields
+from vlrl.rollout.external.teacher import check_reachable
 from vlrl.rollout.protocol import SamplingParams
 
 if TYPE_CHECKING:
     from vlrl.job.train_job import TrainJob
     from vlrl.models import ModelFamily
+
+
+def check_teacher_reachable(config: TrainJob.Config) -> None:
+    """An agent program's warm-start teacher answers (a URL) or loads (a script), before Ray starts."""
+    if config.warm_start is not None and config.warm_start.teacher is not None and not config.start_from:
+        check_reachable(config.warm_start.teacher)
 
 
 def check_start_from(config: TrainJob.Config) -> None:
@@ -36,15 +43,27 @@ def check_start_from(config: TrainJob.Config) -> None:
 
 
 def check_external_sources(config: TrainJob.Config) -> None:
-    """vlrl has neither oracle demonstrations nor a random policy of an agent program, and
-    the program's own time limit must end it before its loop host's tenant timeout."""
+    """An agent program's warm start is played against a teacher (it has no oracle), vlrl has no
+    random policy of it, and the program's own time limit must end it before its loop host's
+    tenant timeout."""
+    teacher = None if config.warm_start is None else config.warm_start.teacher
+    if teacher is not None and all(source.external is None for source in config.sources):
+        raise ConfigError("warm_start.teacher", "ProgramTeacher(...)", "None: no source is an agent program (DataSource.external)")
     for i, source in enumerate(config.sources):
         if source.external is None:
             continue
-        if config.warm_start is not None:
-            raise ConfigError("warm_start", "WarmStart(...)", f"None: sources[{i}] is an external agent (no oracle to demonstrate)")
-        if config.eval.chance:
-            raise ConfigError("eval.chance", True, f"False: sources[{i}] is an external agent (chance is the program's to measure)")
+        if config.warm_start is not None and teacher is None:
+            raise ConfigError(
+                "warm_start.teacher", None,
+                f"ProgramTeacher(script='teacher.py:function') or ProgramTeacher(url=...): sources[{i}] is an agent"
+                " program, which has no oracle; its demonstrations are its own runs against a teacher (or warm_start=None)",
+            )  # fmt: skip
+        if config.eval.chance and source.agent.action_format not in FORMATS:
+            raise ConfigError(
+                f"sources[{i}].agent.action_format", source.agent.action_format,
+                f"with eval.chance, the format the program parses clicks in, one of {FORMATS} (its baselines' clicks"
+                " are written in it), or eval.chance=False",
+            )  # fmt: skip
         limit = config.pool.loop_host.tenant_timeout_s  # past it the host, not the program's limit, would stop the run
         if source.external.time_limit_s >= limit:
             raise ConfigError(
@@ -57,7 +76,7 @@ def check_demonstration_formats(config: TrainJob.Config) -> None:
     """A warm start writes demonstrations in each source's action format."""
     if config.warm_start is not None:
         for i, source in enumerate(config.sources):
-            if source.agent.action_format not in FORMATS:
+            if source.external is None and source.agent.action_format not in FORMATS:  # a program's teacher writes its own
                 raise ConfigError(
                     f"sources[{i}].agent.action_format",
                     source.agent.action_format,
@@ -67,21 +86,13 @@ def check_demonstration_formats(config: TrainJob.Config) -> None:
 
 def check_sampling(config: TrainJob.Config) -> None:
     """The trainer scores each token under the distribution that sampled it, from what the
-    engine stored beside the logprobs (``rollout.engine.sampling.sampled_fields``): the
-    engine must report those fields, and sources packed into one micro-batch must carry the
-    same ones (a sequence without a field cannot stand in for one with it)."""
+    engine stored beside the logprobs (``rollout.engine.sampling.sampled_fields``; both engines
+    report them): sources packed into one micro-batch must carry the same ones (a sequence
+    without a field cannot stand in for one with it)."""
     stored: tuple[str, ...] | None = None  # sources[0]'s fields
     for i, source in enumerate(config.sources):
         agent = source.agent
         fields = sampled_fields(SamplingParams(temperature=agent.temperature, top_p=agent.top_p))
-        if fields and isinstance(config.engine, VLLMEngine.Config):
-            setting = "temperature" if SAMPLING_TEMPERATURE in fields else "top_p"
-            raise ConfigError(
-                f"sources[{i}].agent.{setting}",
-                getattr(agent, setting),
-                f"1 with engine=VLLMEngine: vLLM does not report {list(fields)}, which the trainer"
-                " needs to score tokens sampled at another temperature or top-p; use the embedded engine",
-            )
         stored = fields if stored is None else stored
         if fields != stored:
             setting = "temperature" if (SAMPLING_TEMPERATURE in fields) != (SAMPLING_TEMPERATURE in stored) else "top_p"

@@ -39,10 +39,12 @@ from vlrl.rollout.engine.vllm_inputs import (
     generate_result,
     prompt_inputs,
     resolve_images,
+    sampled_draws,
     sampling_kwargs,
     score_kwargs,
     score_result,
 )
+from vlrl.rollout.engine.sampling import nucleus_logprob, nucleus_size
 from vlrl.rollout.engine.vllm_worker import WeightLoader
 from vlrl.rollout.protocol import CacheMiss, GenerateResult, ImagePart, SamplingParams, ScoreResult
 
@@ -138,7 +140,7 @@ def test_resolve_images_refuses_pixels_under_another_hash():
 # -- sampling parameters and vLLM outputs
 
 
-def test_sampling_kwargs_ask_for_the_sampled_logprob_and_all_stops():
+def test_sampling_kwargs_ask_for_every_tokens_processed_logprob_and_all_stops():
     sampling = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=12, stop_token_ids=(9, 3), seed=5)
     kwargs = sampling_kwargs(sampling, frozenset({3, 4}), banned=[7, 8])
     assert kwargs == {
@@ -147,7 +149,8 @@ def test_sampling_kwargs_ask_for_the_sampled_logprob_and_all_stops():
         "max_tokens": 12,
         "stop_token_ids": [3, 4, 9],
         "seed": 5,
-        "logprobs": 0,
+        "logprobs": -1,
+        "flat_logprobs": True,
         "logit_bias": {7: BANNED_LOGIT_BIAS, 8: BANNED_LOGIT_BIAS},
         "detokenize": False,
     }
@@ -156,6 +159,33 @@ def test_sampling_kwargs_ask_for_the_sampled_logprob_and_all_stops():
 
 def lp(value: float) -> SimpleNamespace:
     return SimpleNamespace(logprob=value)
+
+
+def flat(rows: list[tuple[int, np.ndarray]]) -> SimpleNamespace:
+    """vLLM's ``FlatLogprobs`` for ``logprobs=-1``: per position, the sampled id first, then every id."""
+    token_ids, logprobs, starts, ends = [], [], [], []
+    for token, row in rows:
+        starts.append(len(token_ids))
+        order = np.argsort(-row, kind="stable")
+        token_ids += [token, *order.tolist()]
+        logprobs += [float(row[token]), *row[order].tolist()]
+        ends.append(len(token_ids))
+    return SimpleNamespace(token_ids=token_ids, logprobs=logprobs, start_indices=starts, end_indices=ends)
+
+
+def vllm_row(z: np.ndarray, temperature: float, top_p: float, banned: list[int]) -> np.ndarray:
+    """What vLLM's ``processed_logprobs`` mode reports for one draw (its CPU sampler's steps):
+    the placeholders' bias, the temperature, top-p by ascending cumulative mass, log_softmax
+    over what is kept, -inf elsewhere."""
+    logits = torch.as_tensor(z, dtype=torch.float32).clone()
+    logits[banned] += BANNED_LOGIT_BIAS
+    logits /= temperature or 1.0
+    if top_p < 1:
+        ascending, order = logits.sort()
+        cut = ascending.softmax(-1).cumsum(-1) <= 1 - top_p
+        cut[-1] = False
+        logits[order[cut]] = float("-inf")
+    return logits.log_softmax(-1).double().numpy()
 
 
 def vllm_output(prompt, token_ids, logprobs, *, finish="stop", cached=0, prompt_logprobs=None) -> SimpleNamespace:
@@ -168,21 +198,59 @@ def vllm_output(prompt, token_ids, logprobs, *, finish="stop", cached=0, prompt_
 
 def test_generate_result_takes_each_sampled_tokens_logprob():
     prompt = np.arange(10, 22, dtype=np.int64)
-    # with logprobs=0 vLLM returns the sampled id, plus the top-1 id when that one differs
-    output = vllm_output(prompt, [5, 6, 2], [{5: lp(-0.5)}, {6: lp(-1.25), 8: lp(-0.1)}, {2: lp(-0.125)}], cached=8)
+    rows = [(5, np.log(np.full(8, 1 / 8))), (6, np.log(np.arange(1, 9) / 36)), (2, np.log(np.full(8, 1 / 8)))]
+    output = vllm_output(prompt, [5, 6, 2], flat(rows), cached=8)
     result = generate_result(request(prompt), prompt, output, version=4)
-    assert isinstance(result, GenerateResult)
+    assert isinstance(result, GenerateResult) and result.extras == {}  # greedy: no sampled fields
     assert result.token_ids.dtype == np.int32 and result.token_ids.tolist() == [5, 6, 2]
-    assert result.logprobs.dtype == np.float32 and result.logprobs.tolist() == [-0.5, -1.25, -0.125]
+    assert result.logprobs.dtype == np.float32
+    np.testing.assert_allclose(result.logprobs, [np.log(1 / 8), np.log(7 / 36), np.log(1 / 8)], rtol=1e-6)
     assert (result.finish_reason, result.policy_version) == ("stop", 4)
     assert (result.prefill_tokens, result.reused_prefix_tokens) == (4, 8)
 
-    at_length = vllm_output(prompt, [5], [{5: lp(-1)}], finish="length")
+    at_length = vllm_output(prompt, [5], flat(rows[:1]), finish="length")
     assert generate_result(request(prompt), prompt, at_length, 0).finish_reason == "length"
     with pytest.raises(RuntimeError, match="finished it with 'abort'"):
-        generate_result(request(prompt), prompt, vllm_output(prompt, [], [], finish="abort"), 0)
+        generate_result(request(prompt), prompt, vllm_output(prompt, [], flat([]), finish="abort"), 0)
     with pytest.raises(RuntimeError, match="expanded the prompt"):
-        generate_result(request(prompt), prompt, vllm_output(prompt[1:], [5], [{5: lp(-1)}]), 0)
+        generate_result(request(prompt), prompt, vllm_output(prompt[1:], [5], flat(rows[:1])), 0)
+    with pytest.raises(RuntimeError, match="position 0 are not those of the sampled token 4"):
+        generate_result(request(prompt), prompt, vllm_output(prompt, [4], flat(rows[:1])), 0)
+
+
+@pytest.mark.parametrize("temperature, top_p", [(0.7, 0.9), (1.3, 0.5), (1.0, 1.0), (0.6, 1.0), (0.0, 1.0)])
+def test_sampled_draws_report_what_the_embedded_engine_reports_for_the_same_logits(temperature, top_p):
+    """From vLLM's rows of the distributions it drew from: the nucleus count the embedded engine's
+    sampler gives, and the logprob ``nucleus_logprob`` gives the trainer for that count (the
+    placeholders back in the normaliser, never in a nucleus they are not likely enough for)."""
+    rng = np.random.default_rng(0)
+    vocab, banned = 64, [60, 61, 62, 63]
+    rows, expected = [], []
+    for position in range(12):
+        z = rng.normal(0, 2, vocab).astype(np.float32)
+        z[banned] = rng.normal(-8 if top_p < 1 else -2, 1, len(banned))  # with real mass when top-p keeps everything
+        row = vllm_row(z, temperature, top_p, banned)
+        token = int(rng.choice(np.flatnonzero(np.isfinite(row) & ~np.isin(np.arange(vocab), banned))))
+        rows.append((token, row))
+        t = torch.as_tensor(z) / (temperature or 1.0)
+        kept = nucleus_size(t, top_p) if temperature and top_p < 1 else 0
+        expected.append((float(nucleus_logprob(t, token, kept)), kept))
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=12)
+    logprobs, nucleus = sampled_draws(request(np.zeros(3, np.int64), sampling=sampling), [t for t, _ in rows], flat(rows), banned)
+    np.testing.assert_allclose(logprobs, [lp for lp, _ in expected], atol=2e-6)
+    if top_p < 1:
+        assert nucleus == [k for _, k in expected] and 1 < min(nucleus) < vocab - len(banned)
+    else:
+        # vLLM's own logprobs leave the placeholders' mass out: measurably off where they have some
+        assert np.abs(logprobs - [row[t] for t, row in rows]).max() > 1e-4
+    result = generate_result(request(np.zeros(3, np.int64), sampling=sampling), np.zeros(3, np.int64),
+                             vllm_output(np.zeros(3), [t for t, _ in rows], flat(rows)), 0, banned=banned)  # fmt: skip
+    assert sorted(result.extras) == sorted(
+        ({"temperature"} if temperature not in (0, 1) else set()) | ({"nucleus"} if top_p < 1 else set())
+    )
+    if top_p < 1:
+        assert result.extras["nucleus"].dtype == np.int32 and result.extras["nucleus"].tolist() == nucleus
+        assert result.extras["temperature"].tolist() == [np.float32(temperature)] * 12
 
 
 def test_score_result_reads_prompt_logprobs_with_zero_first():
@@ -252,7 +320,7 @@ def test_tied_weights_are_staged_apart_and_the_worker_loads_every_tensor(tmp_pat
 def test_config_defaults_validate_and_engine_args_are_fixed_where_rl_needs_them():
     config = validate(VLLMEngine.Config())
     args = engine_args(config, model_path="ckpt")
-    assert args["model"] == "ckpt" and args["logprobs_mode"] == "raw_logprobs"
+    assert args["model"] == "ckpt" and (args["logprobs_mode"], args["max_logprobs"]) == ("processed_logprobs", -1)
     assert args["generation_config"] == "vllm" and args["distributed_executor_backend"] == "uni"
     module, _, name = args["worker_extension_cls"].rpartition(".")
     assert getattr(importlib.import_module(module), name) is WeightLoader
@@ -314,6 +382,10 @@ def test_a_cpu_engine_refuses_heads_vllms_cpu_attention_cannot_run(tmp_path):
 # -- the actor's loop on a stand-in for vLLM's AsyncLLM
 
 
+ANSWER = [9, 10]
+"""The fake engine's answer: ids that are no placeholder of the tiny builds."""
+
+
 class FakeAsyncLLM:
     """Expands pads as vLLM does, answers two tokens, can hold requests, records weight loads."""
 
@@ -339,8 +411,9 @@ class FakeAsyncLLM:
         prompt_logprobs = None
         if getattr(params, "prompt_logprobs", None) == 0:
             prompt_logprobs = [None, *({t: lp(-float(i))} for i, t in enumerate(expanded[1:], 1))]
-        answer = [{5: lp(-0.5)}, {6: lp(-0.75)}]
-        yield vllm_output(expanded, [5, 6], answer, finish="length", prompt_logprobs=prompt_logprobs)
+        z = np.log(np.arange(1, 17) / 136)  # the model's distribution over 16 ids, the placeholders' among them
+        row = vllm_row(z, params.temperature, getattr(params, "top_p", 1.0), sorted(getattr(params, "logit_bias", {})))
+        yield vllm_output(expanded, ANSWER, flat([(t, row) for t in ANSWER]), finish="length", prompt_logprobs=prompt_logprobs)
 
     async def collective_rpc(self, method, args=()):
         assert method == "vlrl_load_weights"
@@ -416,7 +489,9 @@ def test_actor_serves_misses_scores_and_updates_between_requests(fake_vllm, tiny
 
     miss, first, during, after, score, stats, version = asyncio.run(main())
     assert miss == CacheMiss(miss.request_id, (part(shot).content_hash,))
-    assert first.token_ids.tolist() == [5, 6] and first.logprobs.tolist() == [-0.5, -0.75]
+    # the placeholders' bias taken out again: the model's own distribution
+    assert first.token_ids.tolist() == ANSWER
+    np.testing.assert_allclose(first.logprobs, [np.log(10 / 136), np.log(11 / 136)], rtol=1e-5)
     assert (first.policy_version, during.policy_version, after.policy_version, version) == (0, 0, 1, 1)
     assert sorted(fake_vllm.loaded) == sorted(perturbed(tiny_path))
     assert all(t.dtype == torch.bfloat16 for t in fake_vllm.loaded.values())
@@ -448,7 +523,7 @@ def test_actor_assembles_screens_sent_as_tiles_and_misses_without_their_base(fak
 
     served, missed, stats = asyncio.run(main())
     # The pixels were assembled exactly: the engine's content-hash check of sent pixels passed.
-    assert served.token_ids.tolist() == [5, 6] and stats["cache_miss_replies"] == 0
+    assert served.token_ids.tolist() == ANSWER and stats["cache_miss_replies"] == 0
     assert stats["image_bytes_received"] == sum(part.nbytes for part in tiled)
     assert tiled[1].nbytes < first.nbytes / 20  # the second screen cost its changed tiles
     assert missed == CacheMiss(missed.request_id, (content_hash(second),))

@@ -1,5 +1,5 @@
-"""A run's sampling settings must be ones the trainer can score: the engine has to report the
-temperature and nucleus fields they need, and sources packed together must store the same ones."""
+"""A run's sampling settings must be ones the trainer can score: sources packed together must
+store the same temperature and nucleus fields (both engines report them)."""
 
 from __future__ import annotations
 
@@ -24,12 +24,11 @@ def _job(*samplings: tuple[float, float], **config) -> TrainJob.Config:
     return job
 
 
-def test_vllm_refuses_a_temperature_or_top_p_it_cannot_report_naming_the_field():
-    with pytest.raises(ConfigError, match=r"'sources\[0\].agent.temperature'.*vLLM does not report \['extra/temperature'"):
-        _job((0.7, 1.0), engine=VLLMEngine.Config()).check()
-    with pytest.raises(ConfigError, match=r"'sources\[0\].agent.top_p'.*vLLM does not report \['extra/nucleus'\]"):
-        _job((1.0, 0.9), engine=VLLMEngine.Config()).check()
-    _job((1.0, 1.0), (0.0, 1.0), engine=VLLMEngine.Config()).check()  # nothing to report
+def test_vllm_trains_at_any_temperature_and_top_p_it_reports_the_fields_of():
+    _job((0.7, 0.9), (1.3, 0.5), engine=VLLMEngine.Config()).check()  # vLLM reports both fields, as the embedded engine
+    _job((1.0, 1.0), (0.0, 1.0), engine=VLLMEngine.Config()).check()
+    with pytest.raises(ConfigError, match=r"'sources\[1\].agent.top_p'.*sequences packed together"):
+        _job((0.7, 0.9), (0.7, 1.0), engine=VLLMEngine.Config()).check()
 
 
 def test_sources_packed_together_must_store_the_same_sampling_fields():

@@ -3,7 +3,9 @@ interface as ``EmbeddedEngine``.
 
 The actor runs vLLM's in-process async engine (``AsyncLLM``; its engine core and workers are
 vLLM's own subprocesses) and speaks ``vlrl.rollout.protocol``: token ids in, the exact sampled
-ids and their raw-policy logprobs out, images by content hash with exact ``CacheMiss`` answers,
+ids out with their logprobs under the distribution each was drawn from (temperature and top-p
+applied, with the temperature and nucleus count the trainer scores them by, as
+``EmbeddedEngine`` reports them), images by content hash with exact ``CacheMiss`` answers,
 ``score`` from prompt logprobs, versioned ``update_weights``. The translations live in
 ``vllm_inputs`` (no vLLM import); this module imports vLLM only inside the actor, so configs,
 recipes and the driver work on machines without it.
@@ -39,6 +41,7 @@ reuses its KV blocks without being tracked per trajectory, and ``forget`` has no
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
 import shutil
@@ -282,7 +285,7 @@ class VLLMEngine:
         params = SamplingParams(
             **sampling_kwargs(request.sampling, self._stops, self._banned), output_kind=RequestOutputKind.FINAL_ONLY
         )
-        return await self._serve(request, params, generate_result)
+        return await self._serve(request, params, functools.partial(generate_result, banned=self._banned))
 
     async def score(self, request: GenerateRequest) -> ScoreResult | CacheMiss:
         """Per-token logprobs of ``request.prompt_ids`` (its sampling is ignored): a teacher's scores."""
@@ -490,10 +493,11 @@ def engine_args(config: VLLMEngine.Config, *, model_path: str, lora: bool = Fals
     LoRA adapter (one at a time, of up to ``config.lora_rank``, on the tower too with
     ``config.lora_tower``).
 
-    Fixed choices: raw logprobs (``log_softmax`` of the model's logits before temperature, top-p
-    or biases: the behaviour policy's ``log pi(a|s)`` at temperature 1 without top-p, as
-    ``EmbeddedEngine`` reports; vLLM reports no nucleus, so ``TrainJob.check`` refuses other
-    sampling for training); vLLM's own
+    Fixed choices: processed logprobs (``log_softmax`` of the logits after the placeholders'
+    bias, temperature and top-p: the distribution vLLM drew from), every token's of them
+    (``max_logprobs=-1``: a draw's row gives its nucleus count, ``vllm_inputs.sampled_draws``),
+    so that each token carries the behaviour policy's ``log pi(a|s)`` with the temperature and
+    nucleus the trainer scores it by, as ``EmbeddedEngine`` reports them; vLLM's own
     sampling defaults instead of the checkpoint's ``generation_config`` (each request says how to
     sample); the worker extension that loads pushed weights; vLLM's workers as subprocesses of
     this actor, on the GPUs it reserved (a Ray executor would ask Ray for GPUs the actor holds).
@@ -512,7 +516,8 @@ def engine_args(config: VLLMEngine.Config, *, model_path: str, lora: bool = Fals
         "enforce_eager": config.enforce_eager,
         "enable_prefix_caching": config.enable_prefix_caching,
         "seed": config.seed,
-        "logprobs_mode": "raw_logprobs",
+        "logprobs_mode": "processed_logprobs",
+        "max_logprobs": -1,
         "generation_config": "vllm",
         "worker_extension_cls": WORKER_EXTENSION,
         "disable_log_stats": True,

@@ -12,7 +12,8 @@
   that vLLM's expansion rebuilt exactly the ids the loop sent (token-level RL trains on them).
 - ``sampling_kwargs`` / ``score_kwargs``: ``vllm.SamplingParams`` keyword arguments.
 - ``generate_result`` / ``score_result``: vLLM's ``RequestOutput`` as protocol records (read by
-  attribute only, so tests pass plain stand-ins).
+  attribute only, so tests pass plain stand-ins); ``sampled_draws`` reads each draw's row of the
+  distribution vLLM sampled from into the logprob and nucleus the embedded engine reports.
 - ``checkpoint_weights``: a trainer's state dict as the tensors vLLM's ``load_weights`` takes.
 
 A LoRA run's pushes have their own module, ``vllm_lora``.
@@ -28,14 +29,16 @@ import numpy as np
 import torch
 
 from vlrl.mm import PatchRule, content_hash
+from vlrl.rollout.engine.sampling import sampled_extras
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, SamplingParams, ScoreResult
 
 if TYPE_CHECKING:
     from vlrl.models.family import ModelFamily
 
 BANNED_LOGIT_BIAS = -100.0
-"""vLLM clamps logit biases to [-100, 100]: -100 makes a vision placeholder (p ~ e^-100 relative)
-never drawn. Biases shape sampling only; the logprobs vLLM reports are the raw model's."""
+"""vLLM clamps logit biases to [-100, 100]: -100 makes a vision placeholder (p ~ e^(-100/T)
+relative) never drawn. vLLM's processed logprobs include the bias; ``sampled_draws`` takes it
+out again, so the placeholders stay in the reported distribution as in the embedded engine's."""
 
 CHECKPOINT_PREFIXES = ("model.language_model.", "model.visual.", "lm_head.")
 """Where a Hugging Face checkpoint of every supported family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL with
@@ -181,15 +184,18 @@ def check_expansion(request: GenerateRequest, prompt: np.ndarray, expanded: Sequ
 
 
 def sampling_kwargs(sampling: SamplingParams, stop_token_ids: frozenset[int], banned: Sequence[int]) -> dict[str, Any]:
-    """``vllm.SamplingParams`` arguments for one ``generate``: the sampled token's logprob only
-    (``logprobs=0``), the engine's stop ids plus the request's, no detokenisation (ids are the output)."""
+    """``vllm.SamplingParams`` arguments for one ``generate``: every token's logprob under the
+    distribution each draw came from (``logprobs=-1`` in vLLM's ``processed_logprobs`` mode, flat:
+    ``sampled_draws`` reads them), the engine's stop ids plus the request's, no detokenisation
+    (ids are the output)."""
     return {
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "max_tokens": sampling.max_tokens,
         "stop_token_ids": sorted(stop_token_ids | set(sampling.stop_token_ids)),
         "seed": sampling.seed,
-        "logprobs": 0,
+        "logprobs": -1,
+        "flat_logprobs": True,
         "logit_bias": {int(i): BANNED_LOGIT_BIAS for i in banned},
         "detokenize": False,
     }
@@ -201,29 +207,71 @@ def score_kwargs() -> dict[str, Any]:
     return {"temperature": 0.0, "max_tokens": 1, "prompt_logprobs": 0, "detokenize": False}
 
 
-def generate_result(request: GenerateRequest, prompt: np.ndarray, output: Any, version: int) -> GenerateResult:
-    """A finished vLLM ``RequestOutput`` as the protocol's ``GenerateResult``.
-
-    ``output.outputs[0].logprobs[i]`` maps token ids to objects with ``.logprob``; with
-    ``logprobs=0`` it holds the sampled id (vLLM always includes it). Tokens served from vLLM's
-    prefix cache (``num_cached_tokens``) are reported as reused prefix.
+def generate_result(
+    request: GenerateRequest, prompt: np.ndarray, output: Any, version: int, *, banned: Sequence[int] = ()
+) -> GenerateResult:
+    """A finished vLLM ``RequestOutput`` as the protocol's ``GenerateResult``: each token's logprob
+    and, as the request's sampling needs them, its temperature and nucleus (``sampled_draws``;
+    ``banned``: the ids ``sampling_kwargs`` biased). Tokens served from vLLM's prefix cache
+    (``num_cached_tokens``) are reported as reused prefix.
     """
     check_expansion(request, prompt, output.prompt_token_ids)
     completion = output.outputs[0]
     if completion.finish_reason not in ("stop", "length"):
         raise RuntimeError(f"request {request.request_id}: vLLM finished it with {completion.finish_reason!r}")
     ids = list(completion.token_ids)
-    logprobs = [completion.logprobs[i][token].logprob for i, token in enumerate(ids)]
+    logprobs, nucleus = sampled_draws(request, ids, completion.logprobs, banned)
     cached = int(output.num_cached_tokens or 0)
     return GenerateResult(
         request_id=request.request_id,
         token_ids=np.asarray(ids, dtype=np.int32),
-        logprobs=np.asarray(logprobs, dtype=np.float32),
+        logprobs=logprobs,
         finish_reason=completion.finish_reason,
         policy_version=version,
         prefill_tokens=len(prompt) - cached,
         reused_prefix_tokens=cached,
+        extras=sampled_extras(request.sampling, nucleus),
     )
+
+
+def sampled_draws(
+    request: GenerateRequest, ids: Sequence[int], rows: Any, banned: Sequence[int]
+) -> tuple[np.ndarray, list[int]]:
+    """Each sampled token's float32 logprob and its draw's nucleus count, as ``EmbeddedEngine``
+    reports them (``engine.sampling``), from the rows vLLM returns for ``sampling_kwargs``.
+
+    ``rows`` is vLLM's ``FlatLogprobs``: position ``i`` spans ``start_indices[i]`` to
+    ``end_indices[i]`` of ``token_ids`` and ``logprobs``; its first entry is the sampled token,
+    the rest every vocabulary id. In ``processed_logprobs`` mode a row is the distribution the
+    draw came from, ``log_softmax(z / T)`` over vLLM's top-p nucleus (-inf outside it; T = 1 for
+    greedy requests), so the nucleus count is the row's finite entries: the same count
+    ``sample`` reports, and the kept tokens are the most likely ones, as ``nucleus_logprob``
+    reads the count. One difference is taken out: vLLM's row holds the placeholders' logit bias
+    (``BANNED_LOGIT_BIAS``), where the embedded engine's distribution holds the model's own
+    logits for them (never drawn, still in the normaliser); each placeholder the nucleus kept
+    gets its mass back, ``exp(row + 100 / T)``, and the sampled token's logprob is renormalised.
+    A placeholder top-p cut (it sits 100 / T below its logit) is not in the count either; the
+    trainer's nucleus then differs only where the model puts a placeholder among the most
+    likely tokens of a reply.
+    """
+    unbias = -BANNED_LOGIT_BIAS / (request.sampling.temperature or 1.0)
+    token_ids = np.asarray(rows.token_ids, dtype=np.int64)
+    values = np.asarray(rows.logprobs, dtype=np.float64)
+    logprobs, nucleus = np.empty(len(ids), dtype=np.float32), []
+    for i, token in enumerate(ids):
+        start, end = rows.start_indices[i], rows.end_indices[i]
+        row_ids, row = token_ids[start + 1 : end], values[start + 1 : end]
+        if token_ids[start] != token or not np.isfinite(values[start]):
+            raise RuntimeError(
+                f"request {request.request_id}: vLLM's logprobs at position {i} are not those of the sampled"
+                f" token {token} (got id {token_ids[start]}, logprob {values[start]})"
+            )
+        kept = np.isfinite(row)
+        placeholders = row[kept & np.isin(row_ids, banned)]
+        regained = np.exp(placeholders + unbias).sum() - np.exp(placeholders).sum()
+        logprobs[i] = values[start] - np.log1p(regained)
+        nucleus.append(int(kept.sum()))
+    return logprobs, nucleus
 
 
 def score_result(request: GenerateRequest, prompt: np.ndarray, output: Any, version: int) -> ScoreResult:
