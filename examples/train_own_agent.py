@@ -5,6 +5,8 @@ OpenAI chat requests token for token (docs/train-your-agent.md).
     vlrl train examples/train_own_agent.py --set start_from=runs/own_agent_warm_start/checkpoints/warm-start
     vlrl train examples/train_own_agent.py:small        # a 2-step smoke run from the untrained policy (CI)
     vlrl train examples/train_own_agent.py:agentlab     # one RL step on AgentLab's GenericAgent (own venv)
+    vlrl train examples/train_own_agent.py:counter      # warm start on the counter agent's own runs, then RL
+    vlrl train examples/train_own_agent.py:counter_small  # the same path at smoke size (CI)
 
 The program, ``examples/agents/click_agent.py``, imports only ``openai`` and the standard
 library and plays its own click task (it owns its environment, so the run has no env pool).
@@ -13,11 +15,13 @@ trajectory and ``VLRL_SEED`` for the task; it prints its reward last. Groups are
 seed, as for any source.
 
 RL learns only from groups where some runs succeed, and the untrained tiny Qwen2-VL never writes
-a parseable ``click(x, y)``. vlrl has no oracle for a program it does not know, so it cannot
-warm start on the program itself; the run starts instead from a checkpoint that already writes
-the program's action format: ``warm_start``, vlrl's own warm start on a similar harness task in
-that format. ``examples/agents/click_baselines.py`` measures chance and the best constant point
-on the held-out seeds.
+a parseable ``click(x, y)``. vlrl has no oracle for a program it does not know; it warm-starts
+on the program's own runs against a teacher instead (``counter``: the multi-turn
+``examples/agents/counter_agent.py`` played by the scripted ``counter_teacher.py``), or the run
+starts from a checkpoint that already writes the program's action format (``warm_start``,
+vlrl's own warm start on a similar harness task in that format).
+``examples/agents/click_baselines.py`` measures chance and the best constant point on the
+held-out seeds.
 """
 
 import sys
@@ -37,14 +41,18 @@ from vlrl.recipes import (
     MicroBatchPlanner,
     Optimizer,
     PolicyLoss,
+    ProgramTeacher,
     TinyModel,
     TrainerGroup,
     TrainJob,
+    WarmStart,
     base_recipe,
 )
 
 AGENT = Path(__file__).resolve().parent / "agents" / "click_agent.py"
 AGENTLAB = Path(__file__).resolve().parent / "agents" / "agentlab_miniwob.py"
+COUNTER = Path(__file__).resolve().parent / "agents" / "counter_agent.py"
+COUNTER_TEACHER = f"{Path(__file__).resolve().parent / 'agents' / 'counter_teacher.py'}:teacher"
 
 
 def own_agent_source(**overrides) -> DataSource:
@@ -53,7 +61,8 @@ def own_agent_source(**overrides) -> DataSource:
     return DataSource(
         name="click-agent",
         external=ExternalAgent(command=[sys.executable, str(AGENT), "--seed", "{seed}"], time_limit_s=120),
-        agent=AgentBehaviour(max_turns=3, max_tokens=24, temperature=1.0),
+        # action_format: vlrl's baselines (eval.chance) click as pyautogui.click(x, y), which click(x, y) reads
+        agent=AgentBehaviour(max_turns=3, max_tokens=24, temperature=1.0, action_format="pyautogui"),
         group_size=8,
         **overrides,
     )
@@ -135,5 +144,45 @@ def agentlab() -> TrainJob.Config:
     config.micro_batches.max_tokens_per_micro_batch = 8192  # a MiniWoB++ prompt is about 3,300 tokens
     config.steps = 1
     config.eval = Evaluation(episodes=1, every=0, chance=False, screenshots=0)
+    config.checkpoint_every = 0
+    return config
+
+
+def counter() -> TrainJob.Config:
+    """The counter agent (up to 4 turns, the whole conversation resent each turn) warm-started on
+    its own runs against ``counter_teacher.py`` (512 runs, the successful ones kept; 250 SFT steps),
+    then 30 RL steps; held-out success on 64 seeds every 10 steps. The main job's settings
+    otherwise (``base_recipe``: RL rate 1e-4 for a multi-turn source, 8 groups of 8 a step)."""
+    source = DataSource(
+        name="counter-agent",
+        external=ExternalAgent(command=[sys.executable, str(COUNTER), "--seed", "{seed}"], time_limit_s=120),
+        agent=AgentBehaviour(max_turns=4, max_tokens=24, temperature=1.0, action_format="pyautogui"),
+        group_size=8,
+    )  # the baselines' clicks are written as pyautogui.click(x, y), which the program's click(x, y) reads
+    config = base_recipe([source], run_dir="runs/counter_agent")
+    config.pool.budget = HostBudget(total_hosts=1, shares={"loop": 1.0})  # the program owns its screen: no env pool
+    config.warm_start = WarmStart(
+        episodes=512, steps=250, sequences_per_step=32, lr=1e-2, teacher=ProgramTeacher(script=COUNTER_TEACHER)
+    )
+    config.steps = 30
+    config.eval = Evaluation(episodes=64, every=10, chance=False, screenshots=0)
+    return config
+
+
+def counter_small() -> TrainJob.Config:
+    """``counter`` at smoke size (CI): 8 runs against the teacher, 4 SFT steps, 2 RL steps of 2
+    groups of 4, a 2-episode evaluation; RL follows whatever the warm start reached."""
+    config = counter()
+    config.run_dir = "runs/counter_agent_small"
+    config.warm_start.episodes = 8
+    config.warm_start.steps = 4
+    config.warm_start.sequences_per_step = 4
+    config.warm_start.continue_below_baseline = True
+    config.sources[0].group_size = 4
+    config.driver.groups_per_batch = 2
+    config.advantage.sampler.include_min = True
+    config.advantage.drop_zero_advantage = False
+    config.steps = 2
+    config.eval = Evaluation(episodes=2, every=0, chance=False, screenshots=0)
     config.checkpoint_every = 0
     return config

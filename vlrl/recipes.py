@@ -42,6 +42,7 @@ from vlrl.pool.ray_runtime import RayRuntime
 from vlrl.pool.scripted_rollout import ScriptedRollout
 from vlrl.rollout.client import InferenceClient
 from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
+from vlrl.rollout.external.teacher import ProgramTeacher
 from vlrl.rollout.http_endpoint import OpenAIEndpoint
 from vlrl.rollout.policy_rollout import PolicyRollout
 from vlrl.store import LocalStore
@@ -81,6 +82,7 @@ __all__ = [
     "PassRateSampler",
     "PolicyLoss",
     "PolicyRollout",
+    "ProgramTeacher",
     "Progress",
     "RL_DUAL_CLIP",
     "RayRuntime",

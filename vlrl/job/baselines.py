@@ -12,6 +12,12 @@ the policy is evaluated on, per source and per task family.
 - ``oracle``: the harness's scripted policy (random clicks where it has no script), what the warm
   start's demonstrations are made of: the ceiling the task allows a policy that sees the screen.
 
+An agent program of the user's own (``DataSource.external``) is played the same way through the
+program itself: vlrl answers its requests with the scripted clicks (``ScriptedClicks``), written
+in the source's ``agent.action_format`` in pixels of the newest screenshot of the request, and
+reads the program's reward. Its ``oracle`` is the warm start's teacher (``WarmStart.teacher``)
+when one is given, else it is not measured (None).
+
 ``best`` is the higher of ``chance`` and ``constant``: the figure a warm start or an RL stage must
 beat before it has learnt anything. ``TrainJob``'s warm-start verdict (``below_baseline``) wants
 the warm start above it by more than one standard error of the difference, binomial over the
@@ -22,16 +28,23 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+import random
+from typing import Literal
+
 from vlrl.config import DataSource
 from vlrl.harness import Action, Observation
+from vlrl.job.action_text import action_text
 from vlrl.pool.episode import Move, ScriptedEpisode, play_episode
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import TenantContext
+from vlrl.rollout.external.run import ExternalRun
+from vlrl.rollout.external.teacher import ProgramTeacher, TeacherFailed
+from vlrl.rollout.parsers import ScreenMap
 
 KINDS = ("chance", "constant", "oracle")
 
@@ -78,6 +91,65 @@ class ConstantSweep:
         return SweepResult(self.seed, task, tuple(wins), points)
 
 
+@dataclass(slots=True)
+class ScriptedClicks:
+    """Replies to an agent program's requests: a click in ``action_format`` at a uniformly random
+    point (``point`` None) or at grid point ``point`` of a ``grid``, in pixels of the newest
+    screenshot of the request (``rollout.external.teacher.Replies``)."""
+
+    action_format: str
+    seed: int
+    grid: tuple[int, int] = (1, 1)
+    point: int | None = None
+    points: tuple[tuple[int, int], ...] = ()
+    """The grid's points on the first screen seen."""
+    _rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    async def __call__(self, body: dict[str, Any], images: list[Any]) -> str:
+        if not images:
+            raise TeacherFailed("the request holds no screenshot to click on (a baseline clicks on the newest one)")
+        width, height = images[-1].width, images[-1].height
+        if self.point is None:
+            x, y = self._rng.randrange(width), self._rng.randrange(height)
+        else:
+            self.points = self.points or grid_points(width, height, self.grid)
+            x, y = self.points[self.point]
+        return action_text(Action.click(x, y), self.action_format, ScreenMap(width, height, width, height))
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramSweep:
+    """A tenant: an agent program played on one seed with scripted clicks (``ScriptedClicks``):
+    once with random clicks (``policy='random'``, a ``SweepResult`` of one win), once per grid
+    point (``'constant'``), or once against ``teacher`` (``'teacher'``)."""
+
+    starts_program = True
+
+    source: DataSource
+    seed: int
+    policy: Literal["random", "constant", "teacher"]
+    grid: tuple[int, int] = (1, 1)
+    teacher: ProgramTeacher | None = None
+
+    async def run(self, ctx: TenantContext) -> SweepResult:
+        count = self.grid[0] * self.grid[1] if self.policy == "constant" else 1
+        wins, points, task = [], (), ""
+        for index in range(count):
+            replies: Any = (
+                self.teacher if self.policy == "teacher"
+                else ScriptedClicks(self.source.agent.action_format, self.seed, self.grid, None if self.policy == "random" else index)
+            )  # fmt: skip
+            run = ExternalRun(self.source, seed=self.seed, group_id=f"baseline/{self.source.name}/{self.seed}", sample_index=index, teacher=replies)
+            played = await run.play(ctx)  # a program failing under a baseline fails the seed's (counted) run
+            wins.append(played.report.success)
+            task = played.task
+            points = points or getattr(replies, "points", ())
+        return SweepResult(self.seed, task, tuple(wins), points)
+
+
 @dataclass(kw_only=True, slots=True)
 class Outcomes:
     """What the three scripted policies did on one source's seeds (failed runs left out)."""
@@ -85,7 +157,8 @@ class Outcomes:
     seeds: list[int]
     chance: dict[int, tuple[str, bool]]
     """seed -> (task, success) of random clicks."""
-    oracle: dict[int, tuple[str, bool]]
+    oracle: dict[int, tuple[str, bool]] | None
+    """None: not measured (an agent program without a teacher)."""
     sweeps: dict[int, SweepResult]
 
 
@@ -94,7 +167,10 @@ def summarise(outcomes: Outcomes) -> dict[str, Any]:
     best constant point, and the seeds they were measured on (``seeds``: first and last)."""
     out: dict[str, Any] = {"seeds": [min(outcomes.seeds), max(outcomes.seeds)], "episodes": len(outcomes.seeds)}
     tasks: dict[str, dict[str, float]] = defaultdict(dict)
+    out["oracle"] = None
     for kind, played in (("chance", outcomes.chance), ("oracle", outcomes.oracle)):
+        if played is None:
+            continue
         out[kind] = _mean([won for _, won in played.values()])
         by_task: dict[str, list[bool]] = defaultdict(list)
         for task, won in played.values():
@@ -114,46 +190,83 @@ def summarise(outcomes: Outcomes) -> dict[str, Any]:
         out["constant"], out["constant_point"] = 0.0, None
     out["best"] = max(out["chance"], out["constant"])
     out["tasks"] = {task: tasks[task] for task in sorted(tasks)}
-    out["failed"] = 3 * len(outcomes.seeds) - len(outcomes.chance) - len(outcomes.oracle) - len(outcomes.sweeps)
+    kinds = 2 if outcomes.oracle is None else 3
+    out["failed"] = kinds * len(outcomes.seeds) - len(outcomes.chance) - len(outcomes.oracle or ()) - len(outcomes.sweeps)
     return out
 
 
 async def measure(
-    pool: HarnessPool, sources: list[DataSource], *, seed: int, episodes: int, grid: tuple[int, int]
+    pool: HarnessPool,
+    sources: list[DataSource],
+    *,
+    seed: int,
+    episodes: int,
+    grid: tuple[int, int],
+    teacher: ProgramTeacher | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Every source's baselines (``summarise``) on seeds ``seed .. seed + episodes - 1``."""
+    """Every source's baselines (``summarise``) on seeds ``seed .. seed + episodes - 1``;
+    ``teacher``: an agent program's oracle (the warm start's teacher), if any."""
     jobs, owners = [], []
     for source in sources:
-        env = {"codebase": source.codebase, "env_settings": source.env.as_kwargs()}
+        env = {"codebase": source.env_pool, "env_settings": source.env.as_kwargs()}
         turns = source.agent.max_turns
         for k in range(episodes):
-            for kind, tenant in (
-                ("chance", ScriptedEpisode(seed=seed + k, policy="random", max_steps=turns)),
-                ("oracle", ScriptedEpisode(seed=seed + k, policy="oracle", max_steps=turns)),
-                ("constant", ConstantSweep(seed=seed + k, grid=grid, max_steps=turns)),
-            ):
+            for kind, tenant in _baseline_tenants(source, seed + k, turns, grid, teacher):
                 jobs.append((tenant, env))
                 owners.append((source.name, kind, seed + k))
     results = await pool.run_many(jobs)
-    played = {s.name: Outcomes(seeds=list(range(seed, seed + episodes)), chance={}, oracle={}, sweeps={}) for s in sources}
+    played = {
+        s.name: Outcomes(
+            seeds=list(range(seed, seed + episodes)), chance={}, sweeps={},
+            oracle=None if s.external is not None and teacher is None else {},
+        )
+        for s in sources
+    }  # fmt: skip
     for (name, kind, k), result in zip(owners, results):
         if result.status != "ok":
             continue
         value = result.value
         if kind == "constant":
             played[name].sweeps[k] = value
+        elif isinstance(value, SweepResult):  # a program's random clicks or teacher: one episode
+            getattr(played[name], kind)[k] = (value.task, value.wins[0])
         else:
             getattr(played[name], kind)[k] = (value.task or "", bool(value.success))
     return {name: summarise(outcomes) for name, outcomes in played.items()}
 
 
+def _baseline_tenants(
+    source: DataSource, seed: int, turns: int, grid: tuple[int, int], teacher: ProgramTeacher | None
+) -> list[tuple[str, Any]]:
+    if source.external is None:
+        return [
+            ("chance", ScriptedEpisode(seed=seed, policy="random", max_steps=turns)),
+            ("oracle", ScriptedEpisode(seed=seed, policy="oracle", max_steps=turns)),
+            ("constant", ConstantSweep(seed=seed, grid=grid, max_steps=turns)),
+        ]
+    tenants = [
+        ("chance", ProgramSweep(source, seed, "random")),
+        ("constant", ProgramSweep(source, seed, "constant", grid=grid)),
+    ]
+    if teacher is not None:
+        tenants.append(("oracle", ProgramSweep(source, seed, "teacher", teacher=teacher.located())))
+    return tenants
+
+
 def overall(per_source: dict[str, dict[str, Any]]) -> dict[str, float]:
     """Each kind's rate over all sources, weighted by their seeds (``best``: of the overall rates)."""
     n = {name: b["episodes"] for name, b in per_source.items()}
-    total = max(sum(n.values()), 1)
-    out = {kind: sum(b[kind] * n[name] for name, b in per_source.items()) / total for kind in KINDS}
+    out: dict[str, float | None] = {}
+    for kind in KINDS:
+        measured = {name: b[kind] for name, b in per_source.items() if b[kind] is not None}
+        weight = sum(n[name] for name in measured)
+        out[kind] = sum(value * n[name] for name, value in measured.items()) / weight if weight else None
     out["best"] = max(out["chance"], out["constant"])
     return out
+
+
+def _figure(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.3f}"
 
 
 def _mean(values: list[bool]) -> float:
@@ -187,5 +300,5 @@ def below_baseline(success: float, baselines: dict[str, float], *, episodes: int
         )
     return (
         f"{verdict} on the same {episodes} seeds per source (random clicks {baselines['chance']:.3f}, the best"
-        f" constant point {baselines['constant']:.3f}, the oracle {baselines['oracle']:.3f})"
+        f" constant point {baselines['constant']:.3f}, the oracle {_figure(baselines['oracle'])})"
     )

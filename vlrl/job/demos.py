@@ -8,11 +8,16 @@ action is what the harness runs, so a demonstration is exactly what the policy w
 had it written that text. Only episodes that end in success are kept; their loss mask covers the
 demonstrated reply tokens. They get no advantages, and their rollout logprobs are zero: the
 warm start's likelihood loss packs neither (``records.fields_for``).
+
+An agent program of the user's own (``DataSource.external``) has no oracle: a ``ProgramDemo``
+runs the program against ``WarmStart.teacher`` instead (``rollout.external.teacher``), traced
+token for token exactly as in RL, and keeps the run's sequences when the program reports success.
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -26,6 +31,8 @@ from vlrl.pool.tenant import TenantContext
 from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import LoopRuntime
 from vlrl.rollout.chat import ChatTurn
+from vlrl.rollout.external.run import ExternalRun
+from vlrl.rollout.external.teacher import ProgramTeacher
 from vlrl.rollout.screen_history import ScreenHistory
 from vlrl.rollout.trajectory import Trajectory
 from vlrl.train.optimizer import Schedule
@@ -84,6 +91,11 @@ class WarmStart(moved_fields("warm_start")):
     'Click "<label>".' on that turn's screen, each answered by a click on a different labelled
     element the harness reports (``Observation.elements``; a harness reporting none gives none).
     They teach a model trained from random weights to find named words on the screen; 0: none."""
+
+    teacher: ProgramTeacher | None = None
+    """Who plays an agent program's demonstrations (needed when a source is ``external``): its
+    ``episodes`` runs from ``seed`` on get their replies from this scripted policy or endpoint,
+    and the runs the program reports a success are kept (docs/train-your-agent.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,3 +184,51 @@ class DemoEpisode:
             return tuple(metas)
 
         return DemoResult(metas=await ctx.to_thread(write))
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramDemo:
+    """One run of ``source``'s agent program against ``teacher``, traced; written to the store
+    only when the program reports a success."""
+
+    starts_program = True
+    """Bounded like the RL stage's runs (``HarnessPool.Config.max_programs_per_host``)."""
+
+    source: DataSource
+    seed: int
+    teacher: ProgramTeacher
+
+    async def run(self, ctx: TenantContext) -> DemoResult:
+        group_id = f"demo/{self.source.name}/{self.seed}"
+        run = ExternalRun(self.source, seed=self.seed, group_id=group_id, sample_index=0, teacher=self.teacher)
+        played = await run.play(ctx)
+        if not played.report.success:
+            return DemoResult(reason="the program did not report a success")
+        return DemoResult(metas=tuple(await run.write(ctx, played)))
+
+
+def demo_tenant(source: DataSource, seed: int, warm_start: WarmStart) -> DemoEpisode | ProgramDemo:
+    """The oracle's episode on a harness source, or the program's run against the teacher."""
+    if source.external is not None:
+        if warm_start.teacher is None:
+            raise ValueError(f"source {source.name!r} is an agent program: its warm start needs warm_start.teacher")
+        return ProgramDemo(source, seed=seed, teacher=warm_start.teacher.located())
+    return DemoEpisode(source, seed=seed, point_grid=warm_start.point_grid, grounding=warm_start.grounding)
+
+
+def unkept_sources(sources: list[DataSource], tenants: list[DemoEpisode | ProgramDemo], outcomes: list) -> str:
+    """What to say when an agent program's source kept no demonstration ('' when each kept one):
+    its count of runs and why each was dropped, by reason."""
+    lines = []
+    for i, source in enumerate(sources):
+        if source.external is None:
+            continue
+        mine = [o for t, o in zip(tenants, outcomes) if t.source.name == source.name]
+        if any(o.status == "ok" and o.value.metas for o in mine):
+            continue
+        reasons = Counter(o.value.reason if o.status == "ok" else f"{o.status}: {(o.error or 'no error').splitlines()[0]}" for o in mine)
+        lines.append(
+            f"sources[{i}] ({source.name!r}, an agent program) kept 0 of {len(mine)} runs against warm_start.teacher"
+            f" ({dict(reasons)}); check that the teacher's replies are what the program parses and that they win"
+        )
+    return "; ".join(lines)

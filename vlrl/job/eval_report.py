@@ -107,10 +107,11 @@ def markdown(report: dict[str, Any]) -> str:
 def _baseline_line(baselines: dict[str, float] | None) -> list[str]:
     if not baselines:
         return []
+    oracle = "not measured" if baselines["oracle"] is None else f"{baselines['oracle']:.3f}"
     return [
         "",
         f"Baselines on the same seeds: random clicks {baselines['chance']:.3f}, the best constant point"
-        f" (clicked every turn) {baselines['constant']:.3f}, the oracle {baselines['oracle']:.3f}.",
+        f" (clicked every turn) {baselines['constant']:.3f}, the oracle {oracle}.",
     ]
 
 

@@ -43,7 +43,7 @@ from vlrl.config import ConfigError, Ge, NonEmpty
 from vlrl.control.driver import Driver
 from vlrl.control.group_hook import GroupHook
 from vlrl.control.teacher import TeacherScorer
-from vlrl.job.demos import DemoEpisode, WarmStart
+from vlrl.job.demos import WarmStart, demo_tenant, unkept_sources
 from vlrl.job.distill import Teacher
 from vlrl.job.baselines import KINDS, below_baseline, measure, overall
 from vlrl.job.evaluate import EvalResult, Evaluation, evaluate
@@ -63,6 +63,7 @@ from vlrl.job.train_refusals import (
     check_sampling,
     check_start_from,
     check_teacher,
+    check_teacher_reachable,
 )
 from vlrl.models import family, family_of
 from vlrl.pack import Layout, MicroBatchPlanner
@@ -198,6 +199,11 @@ class TrainJob:
             check_external_sources(self)
             check_demonstration_formats(self)
 
+        def preflight(self) -> None:
+            """After validation, before Ray: the harnesses build, an agent program's teacher answers."""
+            RolloutSide.preflight(self)
+            check_teacher_reachable(self)
+
         def build(self) -> TrainJob:
             return TrainJob(self)
 
@@ -313,8 +319,8 @@ class TrainJob:
         jobs = []
         for source in self.config.sources:
             for k in range(ws.episodes):
-                episode = DemoEpisode(source, seed=ws.seed + k, point_grid=ws.point_grid, grounding=ws.grounding)
-                jobs.append((episode, {"codebase": source.codebase, "env_settings": source.env.as_kwargs()}))
+                episode = demo_tenant(source, ws.seed + k, ws)
+                jobs.append((episode, {"codebase": source.env_pool, "env_settings": source.env.as_kwargs()}))
         s.progress.phase("demonstrations", total=len(jobs), unit="episode")
         outcomes = await asyncio.gather(*(s.progress.counted(s.pool.run(tenant, **kwargs)) for tenant, kwargs in jobs))
         s.store.take_back(lost_writers(outcomes))  # what runs wrote before their loop host died
@@ -322,6 +328,9 @@ class TrainJob:
         dropped = Counter(o.value.reason if o.status == "ok" else _cause(o) for o in outcomes)
         dropped.pop("", None)
         s.log.log(0, "warm-start", {"demos/sequences": len(demos), "demos/episodes": len(jobs), "demos/dropped": dict(dropped)})
+        if none_kept := unkept_sources(self.config.sources, [tenant for tenant, _ in jobs], outcomes):
+            s.delete(demos)
+            raise RuntimeError(f"warm start: {none_kept}")
         if not demos:
             failed = next((o for o in outcomes if o.status != "ok"), None)
             example = f"; one of them in full:\n{failed.error}" if failed is not None else ""
@@ -439,9 +448,11 @@ class TrainJob:
             return
         started = time.perf_counter()
         with s.progress.phase("eval baselines"):
+            teacher = None if self.config.warm_start is None else self.config.warm_start.teacher
             per_source = await measure(
-                s.pool, self.config.sources, seed=evaluation.seed, episodes=evaluation.episodes, grid=evaluation.constant_grid
-            )
+                s.pool, self.config.sources, seed=evaluation.seed, episodes=evaluation.episodes,
+                grid=evaluation.constant_grid, teacher=teacher,
+            )  # fmt: skip
         both = overall(per_source)
         state.success.update(both)
         record: dict[str, Any] = {"tag": "baselines", **{f"eval/{kind}": v for kind, v in both.items()}}

@@ -54,3 +54,22 @@ def test_an_openai_agent_trains_and_flaky_runs_are_counted_failures(ray_session,
     rl = [r for r in read_metrics(tmp_path / "run") if r["phase"] == "rl"]
     assert all(r["batch/click-agent/groups"] == 1 and r["batch/flaky/groups"] == 1 for r in rl)
     assert all(r["train/loss"] == r["train/loss"] for r in rl)  # the traced sequences trained (a number, not NaN)
+
+
+def test_a_program_warm_starts_on_its_own_runs_against_its_teacher(ray_session, tmp_path):
+    """examples/train_own_agent.py:counter_small: the multi-turn counter agent plays 8 runs against
+    counter_teacher.py, every won run trains the warm start, and RL follows; its baselines are
+    played through the program (the teacher as its oracle)."""
+    overrides = [f"run_dir={tmp_path / 'run'}", "plots=false", "tensorboard=false", "eval.chance=true", "eval.constant_grid=[2,2]"]
+    summary = load_recipe("examples/train_own_agent.py:counter_small", overrides).build().run()
+    records = read_metrics(tmp_path / "run")
+    demos = next(r for r in records if "demos/sequences" in r)
+    assert demos["demos/sequences"] == demos["demos/episodes"] == 8 and demos["demos/dropped"] == {}  # the teacher wins each
+    fits = [r["train/loss"] for r in records if r["phase"] == "warm-start" and "train/loss" in r]
+    assert len(fits) == 4 and fits[-1] < fits[0]  # the traces trained
+    assert summary["steps"] == 2 and summary["store_keys_left"] == 0
+    books = summary["groups"]
+    assert books["drift"] == [] and books["failed"] == 0 and books["trained"] == 4
+    counter = summary["sources"]["counter-agent"]
+    assert counter["oracle"] == 1.0  # the teacher, played through the program on the held-out seeds
+    assert counter["chance"] is not None and counter["constant"] is not None and summary["success_constant"] == counter["constant"]

@@ -23,7 +23,8 @@ from vlrl.pool.tenant import TenantContext
 from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import AgentLoop
 from vlrl.rollout.external.endpoint import MODEL_NAME, TracedEndpoint
-from vlrl.rollout.external.program import AgentFailed, run_program
+from vlrl.rollout.external.program import AgentFailed, AgentReport, run_program
+from vlrl.rollout.external.teacher import ProgramTeacher, Replies, TeacherReplies
 from vlrl.rollout.external.tracer import ChatTracer
 from vlrl.rollout.server.prompt import ChatTemplate
 
@@ -37,6 +38,15 @@ def task_of(source: DataSource, seed: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Played:
+    """A program's run that ended well, not yet written to the store."""
+
+    tracer: ChatTracer
+    report: AgentReport
+    task: str
+
+
+@dataclass(frozen=True, slots=True)
 class ExternalRun:
     starts_program = True
     """The pool bounds how many run at once (``HarnessPool.Config.max_programs_per_host``)."""
@@ -45,8 +55,16 @@ class ExternalRun:
     seed: int
     group_id: str
     sample_index: int
+    teacher: ProgramTeacher | Replies | None = None
+    """Who answers the program's requests in place of the policy: a warm start's teacher, or
+    scripted replies (``job.baselines``); None: the policy."""
 
     async def run(self, ctx: TenantContext) -> list[SeqMeta]:
+        return await self.write(ctx, await self.play(ctx))
+
+    async def play(self, ctx: TenantContext) -> Played:
+        """Run the program to its end with its requests answered and traced; ``AgentFailed`` if it
+        cannot be trained."""
         runtime = ctx.shared["runtime"]
         program = self.source.external
         if program is None:
@@ -55,6 +73,8 @@ class ExternalRun:
         template = ctx.shared.get("chat_template")
         if template is None:
             template = ctx.shared["chat_template"] = await ctx.to_thread(ChatTemplate, runtime.processor)
+        task = task_of(self.source, self.seed)
+        teacher = TeacherReplies(self.teacher, seed=self.seed, task=task) if isinstance(self.teacher, ProgramTeacher) else self.teacher
         tracer = ChatTracer(
             trajectory_id,
             client=runtime.client,
@@ -62,9 +82,9 @@ class ExternalRun:
             agent=self.source.agent,
             patch_rule=runtime.patch_rule,
             stop_token_id=runtime.tokenizer.convert_tokens_to_ids(_STOP_TOKEN),
+            teacher=teacher,
         )
         endpoint = TracedEndpoint(tracer)
-        task = task_of(self.source, self.seed)
         try:
             url = await endpoint.start()
             env = {
@@ -79,24 +99,31 @@ class ExternalRun:
             report = await run_program(program, task=task, seed=self.seed, env=env)
         finally:
             await endpoint.stop()
-            await runtime.client.end_trajectory(trajectory_id)
+            if teacher is None:
+                await runtime.client.end_trajectory(trajectory_id)
+        answerer = "policy" if teacher is None else "teacher (warm_start.teacher)"
         if tracer.failure is not None:
-            raise AgentFailed(f"the policy could not answer the agent: {tracer.failure}")
+            raise AgentFailed(f"the {answerer} could not answer the agent: {tracer.failure}")
         if tracer.counts.requests == 0:
             refused = f" ({tracer.counts.refused} refused)" if tracer.counts.refused else ""
-            raise AgentFailed(f"agent made no request the policy answered{refused}: nothing to train")
+            raise AgentFailed(f"agent made no request the {answerer} answered{refused}: nothing to train")
+        return Played(tracer, report, task)
+
+    async def write(self, ctx: TenantContext, played: Played) -> list[SeqMeta]:
+        """The run's sequences, written to the store once, with its reward."""
+        runtime = ctx.shared["runtime"]
         return await ctx.to_thread(
-            lambda: tracer.trajectory.finish(
+            lambda: played.tracer.trajectory.finish(
                 runtime.store,
-                key=f"seq/{trajectory_id}",
+                key=f"seq/{played.tracer.trajectory.trajectory_id}",
                 group_id=self.group_id,
                 source=self.source.name,
                 sample_index=self.sample_index,
-                reward=report.reward,
-                success=report.success,
+                reward=played.report.reward,
+                success=played.report.success,
                 finish="done",
                 patch_rule=runtime.patch_rule,
-                task=task,
+                task=played.task,
                 ledger=ctx.writes,
             )
         )

@@ -21,12 +21,17 @@ request's ``max_tokens`` is capped at ``agent.max_tokens``, each request is seed
 Loop seeds its turns, and ``agent.max_turns`` bounds the requests of a run (more get a 400, which
 the ``openai`` client does not retry). Requests of one
 trajectory are answered one at a time, in arrival order.
+
+With a ``teacher`` (a warm start's demonstrations, ``rollout.external.teacher``), the teacher
+writes each reply in place of the policy: its text becomes the ids the policy would have had to
+sample (then the end-of-turn token, zero logprobs), traced and spliced the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -77,13 +82,17 @@ class ChatTracer:
         agent: AgentBehaviour,
         patch_rule: Any,
         stop_token_id: int,
+        teacher: Callable[[dict[str, Any], list[ContextImage]], Awaitable[str]] | None = None,
     ) -> None:
+        """``teacher``: the reply text for a request body and its images, written in place of the
+        policy's."""
         self.trajectory = Trajectory(trajectory_id)
         self.counts = TraceCounts()
         self._client = client
         self._template = template
         self._agent = agent
         self._stop = stop_token_id
+        self._teacher = teacher
         self._images = ImageResolver(
             rule=patch_rule, max_images=_MAX_IMAGES, max_pixels=4096 * 4096, max_request_pixels=2 * 4096 * 4096,
             max_bytes=_MAX_REQUEST_BYTES, remote_hosts=(), max_uuids=_MAX_IMAGES,
@@ -116,7 +125,7 @@ class ChatTracer:
         agent = self._agent
         if self.counts.requests >= agent.max_turns:
             raise ApiError(f"this episode already made {agent.max_turns} requests, the source's agent.max_turns; end it")
-        chat = await asyncio.to_thread(_parse, raw, agent.max_tokens)
+        body, chat = await asyncio.to_thread(_parse, raw, agent.max_tokens)
         parts, missing = await self._images.resolve(chat.images, unknown_as_hash=False)
         if missing:
             raise ApiError(f"messages: image uuid(s) {[chat.images[i].uuid for i in missing]} were never sent with their bytes")
@@ -137,13 +146,13 @@ class ChatTracer:
             seed=turn_seed(self.trajectory.trajectory_id, turn),
         )
         sequence = self.trajectory.current
-        result = await self._client.generate(
-            self.trajectory.trajectory_id,
-            sequence.prompt_array(),
-            sequence.images,
-            sampling,
-            request_id=f"{self.trajectory.trajectory_id}#{turn}",
-        )
+        request_id = f"{self.trajectory.trajectory_id}#{turn}"
+        if self._teacher is None:
+            result = await self._client.generate(
+                self.trajectory.trajectory_id, sequence.prompt_array(), sequence.images, sampling, request_id=request_id
+            )
+        else:
+            result = await self._taught(body, images, sampling, request_id)
         self.trajectory.add_generated(result)
         self.counts.requests += 1
         stopped = result.finish_reason == "stop"
@@ -155,6 +164,20 @@ class ChatTracer:
             len(sequence.images),
         )
         return _completion(chat, turn, self.trajectory.trajectory_id, reply, result, self._template, sequence.context_lengths[-1])
+
+    async def _taught(
+        self, body: dict[str, Any], images: list[ContextImage], sampling: SamplingParams, request_id: str
+    ) -> GenerateResult:
+        """The teacher's reply as the engine would have returned it; one longer than the policy
+        may write (``agent.max_tokens``) could never be imitated, so it fails the trajectory."""
+        text = await self._teacher({**body, "max_tokens": sampling.max_tokens}, images)
+        ids = [*(await asyncio.to_thread(self._template.ids, text, [])).tolist(), self._stop]
+        if len(ids) > sampling.max_tokens:
+            raise ValueError(
+                f"the teacher's reply is {len(ids)} tokens with the end of turn, over agent.max_tokens"
+                f" ({sampling.max_tokens}): {text!r:.80}"
+            )
+        return GenerateResult(request_id, np.asarray(ids, np.int32), np.zeros(len(ids), np.float32), "stop", 0, 0, 0)
 
     def _context(self, messages: tuple[ChatMessage, ...], images: list[ContextImage]) -> tuple[Segment, str]:
         """The prompt of ``messages`` and the rendering it stands for: the current sequence's ids
@@ -176,10 +199,10 @@ class ChatTracer:
 _MESSAGE_FIELDS = ("role", "content", "name")
 
 
-def _parse(raw: bytes, default_max_tokens: int) -> ChatRequest:
-    """The request as ``vlrl serve`` reads it, but for keys of a message other than role, content
-    and name: agents keep their own bookkeeping there (AgentLab sends each reply back with its
-    ``log_probs``), and they change nothing of what the policy sees, so they are dropped."""
+def _parse(raw: bytes, default_max_tokens: int) -> tuple[dict[str, Any], ChatRequest]:
+    """The body and the request as ``vlrl serve`` reads it, but for keys of a message other than
+    role, content and name: agents keep their own bookkeeping there (AgentLab sends each reply back
+    with its ``log_probs``), and they change nothing of what the policy sees, so they are dropped."""
     body = load_json(raw)
     if isinstance(body, dict) and isinstance(body.get("messages"), list):
         body["messages"] = [
@@ -188,7 +211,7 @@ def _parse(raw: bytes, default_max_tokens: int) -> ChatRequest:
     chat = parse_chat_request(body, default_max_tokens=default_max_tokens)
     if chat.prompt_token_ids is not None:
         raise ApiError("prompt_token_ids: this endpoint renders the messages itself; send messages", param="prompt_token_ids")
-    return chat
+    return body, chat
 
 
 def _keys(messages: tuple[ChatMessage, ...], images: list[ContextImage]) -> tuple[Any, ...]:
