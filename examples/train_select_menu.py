@@ -3,6 +3,7 @@
     vlrl train examples/train_select_menu.py               # GRPO at 1e-4: 0.23 after the warm start, 0.265 after RL
     vlrl train examples/train_select_menu.py:step_credit   # the same run with step-level credit
     vlrl train examples/train_select_menu.py:replay        # the same run with replay of hard tasks
+    vlrl train examples/train_select_menu.py:branching     # the same run with branching rollouts, at equal env steps
     vlrl train examples/train_select_menu.py:long_warm_start  # 4096 demonstrations, 1000 steps: 0.44 after it
     vlrl train examples/train_select_menu.py:small         # a 2-step smoke run (CI)
 
@@ -29,13 +30,16 @@ image tokens, land at 0.02-0.15, where a scripted policy that picks menu and ite
 At that budget a vision tower 4x or 8x as wide (``--set tiny.vision_hidden_size=128``) reaches
 0.42 in 500 steps, but 1500 steps give 0.355 (it memorises), and 2x upscaled screenshots 0.40.
 
+``branching`` plays each group as trees: an episode's second turn is played again from the
+menu it opened, so the item choices of one open menu are compared with each other.
+
 ``replay`` adds replay of hard tasks (``DataSource.replay``): a menu the group opened and chose
 right only once or twice in eight is played again, and if the revisit solves nothing, the kept
 success joins it, trained under truncated importance sampling against the policy that sampled it.
 """
 
 from vlrl.control.step_credit import StepCredit
-from vlrl.recipes import AgentBehaviour, DataSource, EnvSettings, Replay, TrainJob, base_recipe, ci_size
+from vlrl.recipes import AgentBehaviour, Branching, DataSource, EnvSettings, Replay, TrainJob, base_recipe, ci_size
 
 
 def menu_source() -> DataSource:
@@ -73,6 +77,17 @@ def replay() -> TrainJob.Config:
     config.run_dir = "runs/train_select_menu_replay"
     config.sources[0].replay = Replay(max_pass_rate=0.25, revisits=2, cap=32, max_age=4)
     config.loss.tis_cap = 2.0
+    return config
+
+
+def branching() -> TrainJob.Config:
+    """``recipe`` with branching rollouts (``DataSource.branching``, docs/control.md): each group
+    is 4 trees, each a root episode and 2 branches restarted from one of its turns (the desktop
+    forks), at the expected env steps of the 8 flat episodes; siblings are compared where they
+    branched. The same flag on any multi-turn source: ``--set 'sources[0].branching=Branching'``."""
+    config = recipe()
+    config.run_dir = "runs/train_select_menu_branching"
+    config.sources[0].branching = Branching(points=1, branches=2)
     return config
 
 

@@ -19,7 +19,7 @@ warm start -> 0.87 after 50 GRPO steps, 401 s, `bash scripts/main.sh`).
 from __future__ import annotations
 
 from encoders.spec import EncoderSpec
-from vlrl.config import AgentBehaviour, DataSource, EnvSettings, ExternalAgent, Replay
+from vlrl.config import AgentBehaviour, Branching, DataSource, EnvSettings, ExternalAgent, Replay
 from vlrl.control.driver import Driver
 from vlrl.control.grader import GraderRunner
 from vlrl.control.group_hook import GroupHook
@@ -56,6 +56,7 @@ from vlrl.train.trainer_group import TrainerGroup
 
 __all__ = [
     "AgentBehaviour",
+    "Branching",
     "CostModel",
     "DataSource",
     "Driver",

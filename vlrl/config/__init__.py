@@ -22,12 +22,13 @@ from vlrl.config.schema import (
     is_config,
     validate,
 )
-from vlrl.config.sources import AgentBehaviour, DataSource, EnvSettings, ExternalAgent, Replay
+from vlrl.config.sources import AgentBehaviour, Branching, DataSource, EnvSettings, ExternalAgent, Replay
 
 __all__ = [
     "AgentBehaviour",
     "DataSource",
     "EnvSettings",
+    "Branching",
     "ExternalAgent",
     "Replay",
     "ConfigError",

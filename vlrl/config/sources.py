@@ -116,6 +116,35 @@ class Replay:
 
 
 @dataclass(kw_only=True, slots=True)
+class Branching:
+    """Branching rollouts (``DataSource.branching``; Tree-GRPO's scheme on GUI episodes): a group
+    is a few trees instead of ``group_size`` independent episodes. Each tree plays one episode from
+    reset (its root), then restarts it from ``points`` of its turns, ``branches`` times each: the
+    branch's harness instance is brought to that turn by fork or replay (``vlrl.harness.fork``),
+    the policy's prefix is the root's, and only the turns after it are new. A branch costs only
+    its own turns, so a group of equal env steps holds more trajectories, and the siblings of a
+    branch point are compared with each other there (``control.branch_credit``)."""
+
+    points: Annotated[int, Ge(1)] = 1
+    """Branch points per root episode (distinct turns; fewer when the episode is shorter)."""
+
+    branches: Annotated[int, Ge(1)] = 2
+    """Branches started from each branch point."""
+
+    choose: Literal["uniform", "entropy"] = "uniform"
+    """Where to branch: turns drawn uniformly from the root's turns after its first, or the turns
+    where the policy was least sure (the highest mean surprisal, ``-logprob``, of the tokens it
+    sampled there)."""
+
+    def trees(self, group_size: int) -> int:
+        """Trees per group, so that a group's expected env steps equal ``group_size`` flat
+        episodes': a branch from a turn drawn uniformly costs about half an episode, so a tree
+        costs about ``1 + points * branches / 2`` episodes; each tree then caps its branches at its
+        share of the steps (``group_size / trees`` times its root's length)."""
+        return max(1, round(group_size / (1 + self.points * self.branches / 2)))
+
+
+@dataclass(kw_only=True, slots=True)
 class ExternalAgent:
     """An agent program of the user's own plays the source's episodes (``rollout.external``): per
     episode vlrl starts it with ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` naming an endpoint bound
@@ -170,11 +199,30 @@ class DataSource:
     replay: Replay | None = None
     """Replay of hard tasks' successes into their later groups; None for none."""
 
+    branching: Branching | None = None
+    """Branching rollouts: each group as trees of episodes restarted from their own turns, at the
+    env-step cost of ``group_size`` episodes; None: ``group_size`` independent episodes."""
+
     external: ExternalAgent | None = None
     """An agent program of the user's own that plays this source's episodes in place of the Agent
     Loop (None: the Agent Loop on ``codebase``). The program owns its environment, so the source
     needs no env pool; ``agent`` still sets the sampling (temperature, top_p, max_tokens per reply)
     and ``agent.max_turns`` the requests per episode."""
+
+    def check(self) -> None:
+        if self.branching is not None and self.external is not None:
+            raise ConfigError(
+                "branching", "set", "None with external: an agent program owns its environment, which vlrl cannot fork"
+            )
+        if self.branching is not None and self.agent.max_turns < 2:
+            raise ConfigError(
+                "agent.max_turns", self.agent.max_turns, "at least 2 with branching (a branch restarts from turn 1 on)"
+            )
+
+    @property
+    def runs_per_group(self) -> int:
+        """Tenants the driver starts per group: ``group_size`` episodes, or a branching source's trees."""
+        return self.group_size if self.branching is None else self.branching.trees(self.group_size)
 
     @property
     def env_pool(self) -> str | None:

@@ -32,6 +32,11 @@ them, ``Driver.books_drift`` also against the driver's own queues: the counts eq
 their reasons, ``generated == accepted + rejected + dropped + failed + stale + pending``, and
 ``accepted == trained + held``. A counter bumped by mistake is named there. Store troubles that do
 not end a group (a failed delete) are ``incidents``, not reasons.
+
+A branching source (``DataSource.branching``) runs ``runs_per_group`` trees per group, each one
+tenant (``rollout.branching``); the books count how their branches started (``forks``,
+``replays``) and, by reason, the branches that could not (``branch_failures``: a replay that
+diverged names its turn). Such a branch is left out; its tree and group go on.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ from vlrl.pool.budget import split_by_shares
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.remote_errors import describe
 from vlrl.pool.tenant import Tenant, TenantOutcome, lost_writers
-from vlrl.records import AcceptedGroup, Batch, SeqMeta, group_id_of
+from vlrl.records import AcceptedGroup, Batch, SeqMeta, TreeRollout, group_id_of
 from vlrl.store import ShardLostError, StoreError, StoreTimeoutError
 
 log = logging.getLogger(__name__)
@@ -334,7 +339,7 @@ class Driver:
                         env_settings=source.env.as_kwargs(),
                         tenant_id=f"{group_id}/{index}",
                     )
-                    for index in range(source.group_size)
+                    for index in range(source.runs_per_group)
                 ),
                 return_exceptions=True,  # a raising run fails its group, not the driver
             )
@@ -342,7 +347,7 @@ class Driver:
             self._in_flight[source.name] -= 1
         outcomes = [_as_outcome(f"{group_id}/{index}", value) for index, value in enumerate(returned)]
         self._take_back(lost_writers(outcomes))
-        metas = tuple(meta for outcome in outcomes if outcome.status == "ok" for meta in outcome.value)
+        metas = tuple(meta for outcome in outcomes if outcome.status == "ok" for meta in self._sequences(outcome.value))
         failed = [outcome for outcome in outcomes if outcome.status != "ok"]
         if failed:
             self._delete(metas)  # the trajectories that did finish, and their images
@@ -356,6 +361,15 @@ class Driver:
             self.book.where[group_id] = "grading"
         else:
             await self._decide(source.name, metas)
+
+    def _sequences(self, value: list[SeqMeta] | TreeRollout) -> tuple[SeqMeta, ...] | list[SeqMeta]:
+        """A run's sequences; a tree's branch books are counted on the way."""
+        if not isinstance(value, TreeRollout):
+            return value
+        self.book.forks += value.forks
+        self.book.replays += value.replays
+        self.book.branch_failures.update(_reason_kind(reason) for reason in value.failures)
+        return value.metas
 
     def _undecided(self, name: str | None = None) -> int:
         """Groups launched and not decided yet (of one source, or all): rolling out or being graded."""

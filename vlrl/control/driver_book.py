@@ -35,6 +35,13 @@ class DriverBook:
     stale_tokens: int = 0
     """Generated tokens of trained groups left out of the loss: sampled by a policy version
     older than their batch's ``min_version``."""
+    forks: int = 0
+    """Branches of branching sources whose harness instance was forked from a sibling's."""
+    replays: int = 0
+    """Replays of a root episode to a branch point (one per point, more where the harness does not fork)."""
+    branch_failures: Counter[str] = field(default_factory=Counter)
+    """Branches that could not start (a replay that diverged, a fork that failed), by reason;
+    they are left out of their group, which goes on."""
     reasons: Counter[str] = field(default_factory=Counter)
     """``"<outcome>: <kind>"`` -> groups that left so; per outcome they add up to its count."""
     incidents: Counter[str] = field(default_factory=Counter)
@@ -84,6 +91,9 @@ class DriverBook:
             "pending": self.pending,
             "trained": self.trained,
             "stale_tokens": self.stale_tokens,
+            "forks": self.forks,
+            "replays": self.replays,
+            "branch_failures": dict(self.branch_failures),
             "reasons": dict(self.reasons),
             "incidents": dict(self.incidents),
         }

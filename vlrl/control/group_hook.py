@@ -15,6 +15,10 @@ step advantage (its return against the other turns of the group made in the same
 drop test of step 4 then looks at the per-token sums, since trajectories of equal reward may
 still differ turn by turn.
 
+A branching group (sequences with ``SeqMeta.branch_of``) gets its advantages per turn in step 5:
+the episode estimate, averaged over the trajectories that share a turn, plus ``branch_weight``
+times the branch-point estimate (``control.branch_credit``).
+
 OPD mode replaces steps 1-3: a teacher scorer has already written ``teacher_logprobs`` into the
 store, and the per-token advantage is ``teacher_logprobs - logprobs`` on generated tokens, read
 from the ``logprobs``, ``teacher_logprobs`` and ``loss_mask`` columns only.
@@ -32,7 +36,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 
-from vlrl.config import ConfigError, Gt, NonEmpty
+from vlrl.config import ConfigError, Ge, Gt, NonEmpty
 from vlrl.control.advantages import (
     Estimator,
     ShapingError,
@@ -42,6 +46,7 @@ from vlrl.control.advantages import (
     resolve_shaping,
     token_advantages,
 )
+from vlrl.control.branch_credit import branch_turn_advantages
 from vlrl.control.penalties import OverlongPenalty
 from vlrl.control.sampler import PassRateSampler
 from vlrl.control.step_credit import StepCredit, spread_over_turns, step_groups
@@ -80,6 +85,11 @@ class GroupHook:
 
         drop_zero_advantage: bool = True
         """Drop a group whose advantages (after shaping) are all exactly zero."""
+
+        branch_weight: Annotated[float, Ge(0)] = 1.0
+        """How much a branching group's branch-point estimate (siblings compared where they
+        branched, ``control.branch_credit``) adds to the episode estimate; groups of sources without
+        ``branching`` have none."""
 
         step_credit: StepCredit | None = None
         """Step-level credit: turns made in equal states (equal screenshots, or the harness's
@@ -122,7 +132,14 @@ class GroupHook:
             return GroupDecision(group_id, "dropped", f"{sampled.reason}; all advantages zero", keys, final)
         rows = store.get(list(keys), fields=[LOSS_MASK])
         masks = [_column(rows, m, LOSS_MASK) for m in metas]
-        per_token = [token_advantages(mask, a) for mask, a in zip(masks, advantages)]
+        if any(m.branch_of for m in metas):
+            per_turn = branch_turn_advantages(
+                metas, rewards.tolist(), advantages, self.config.estimator,
+                weight=self.config.branch_weight, eps=self.config.eps,
+            )  # fmt: skip
+            per_token = [spread_over_turns(m, mask, a) for m, mask, a in zip(metas, masks, per_turn)]
+        else:
+            per_token = [token_advantages(mask, a) for mask, a in zip(masks, advantages)]
         turns = (0, 0)
         if credit is not None:
             steps = step_groups(metas, rewards.tolist(), self.config.estimator, gamma=credit.gamma, eps=self.config.eps)

@@ -165,7 +165,8 @@ async def evaluate(
     ``progress`` is advanced once per finished episode (the caller opened its phase)."""
     jobs, owners = [], []
     for source in sources:
-        evaluated = replace(source, agent=replace(source.agent, temperature=config.temperature))
+        # held-out episodes are played from reset, one each: a branching source's trees are training's
+        evaluated = replace(source, agent=replace(source.agent, temperature=config.temperature), branching=None)
         for k in range(config.episodes):
             seed = config.seed + k
             loop = rollout_tenant(evaluated, seed, f"eval-{tag}/{source.name}/{seed}", 0)

@@ -14,7 +14,7 @@ from typing import Any
 from vlrl.control.driver_book import DriverBook
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import Tenant, TenantOutcome
-from vlrl.records import Batch, SeqMeta
+from vlrl.records import Batch, SeqMeta, TreeRollout
 
 
 class RolloutMeter:
@@ -34,7 +34,9 @@ class RolloutMeter:
     async def run(self, tenant: Tenant, **kwargs: Any) -> TenantOutcome:
         outcome = await self.pool.run(tenant, **kwargs)
         if outcome.status == "ok" and outcome.value:
-            self._record(outcome.value)
+            value = outcome.value
+            for trajectory in _trajectories(value.metas if isinstance(value, TreeRollout) else value):
+                self._record(trajectory)
         else:
             source = getattr(getattr(tenant, "source", None), "name", "?")
             self._tally[source]["failed"] += 1
@@ -83,6 +85,7 @@ def batch_metrics(batch: Batch, version: int) -> dict[str, float]:
     out: dict[str, float] = {
         "batch/groups": len(batch.groups),
         "batch/sequences": len(sequences),
+        "batch/branches": sum(bool(m.branch_of) for m in sequences),
         "batch/tokens": sum(m.num_tokens for m in sequences),
         "batch/reward": sum(m.reward for m in sequences) / max(len(sequences), 1),
         "batch/staleness": sum(version - g.policy_version for g in batch.groups) / max(len(batch.groups), 1),
@@ -98,9 +101,25 @@ def batch_metrics(batch: Batch, version: int) -> dict[str, float]:
     return out
 
 
+def _trajectories(metas: tuple[SeqMeta, ...] | list[SeqMeta]) -> list[list[SeqMeta]]:
+    """A run's sequences by trajectory (one, unless a branching source's tree returned several):
+    a trajectory's sequences are consecutive and share its sample index. A branch's turns are
+    its own, so a tree's episodes add up to the turns it played."""
+    out: list[list[SeqMeta]] = []
+    for meta in metas:
+        if out and out[-1][0].sample_index == meta.sample_index:
+            out[-1].append(meta)
+        else:
+            out.append([meta])
+    return out
+
+
 def book_metrics(book: DriverBook) -> dict[str, float]:
-    """The driver's group books since the run started."""
-    return {f"groups/{k}": v for k, v in book.report().items() if k not in ("reasons", "incidents")}
+    """The driver's group books since the run started (the counts; the reasons stay in the report),
+    and the branches that could not start, in all."""
+    out = {f"groups/{k}": v for k, v in book.report().items() if not isinstance(v, dict)}
+    out["groups/branch_failed"] = sum(book.branch_failures.values())
+    return out
 
 
 def staleness_histogram(batch: Batch, version: int) -> dict[int, int]:

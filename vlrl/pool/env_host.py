@@ -7,7 +7,8 @@ the same settings, so a browser is launched once, not once per episode. A harnes
 raises reaches the caller as that exception; the host and the other instances go on. An action
 the harness refuses (``ActionError``) is ordinary play; any other failure of ``reset``, ``step``
 or ``oracle`` (a crash, a timeout) leaves the instance in an unknown state, so it is closed at
-release and the next lease gets a fresh one. With ``screen_tile_px`` set, observations go back as
+release and the next lease gets a fresh one. A branching rollout's branch gets its instance to a
+turn of an earlier episode by ``replay``, or as a ``fork`` of a sibling's where the harness forks. With ``screen_tile_px`` set, observations go back as
 the tiles the lease's loop lacks (``pool.screens``).
 """
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vlrl.harness import Action, ActionError, Harness, HarnessError, Observation, StepResult
+from vlrl.harness.fork import EpisodeRecord, forks, replay
 from vlrl.mm.tile_wire import TileSender
 from vlrl.pool.host_config import HostConfig
 from vlrl.pool.screens import ShippedObservation
@@ -92,6 +94,35 @@ class EnvHost:
             return (self._shipped(instance_id, obs), *rest)
 
         return await self._guarded(instance, step)
+
+    async def replay(self, instance_id: str, record: EpisodeRecord, turn: int) -> tuple[Any, dict]:
+        """Bring the instance to turn ``turn`` of ``record`` (``vlrl.harness.fork.replay``, every
+        screen checked): ``(observation, info)`` there, as ``reset`` returns them. A divergence
+        raises ``ReplayDivergence`` and the instance is closed at release, like any failed call."""
+        instance = self._instance(instance_id)
+
+        def replayed() -> tuple[Any, dict]:
+            obs, info = replay(instance.harness, record, turn)
+            return self._shipped(instance_id, obs), info
+
+        return await self._guarded(instance, replayed)
+
+    async def fork(self, instance_id: str, twin_id: str) -> bool:
+        """Open ``twin_id`` as a fork of the instance (``Harness.fork``): the same state, screen for
+        screen; False, opening nothing, when the harness does not fork (the caller replays) or is
+        bound to its thread (a copy made there could not be used from another)."""
+        instance = self._instance(instance_id)
+        if not forks(instance.harness) or instance.dedicated:
+            return False
+        if twin_id in self._leased:
+            raise HarnessError(f"harness instance {twin_id!r} is already open on env host {self._index}")
+        twin = await self._guarded(instance, instance.harness.fork)
+        self._leased[twin_id] = _Instance(twin, instance.executor, instance.settings_key, dedicated=False)
+        if self._tile_px:
+            self._senders[twin_id] = TileSender(self._tile_px)
+        if instance_id in self._screens:
+            self._screens[twin_id] = self._screens[instance_id]
+        return True
 
     async def resend(self, instance_id: str) -> ShippedObservation:
         """The latest observation again, whole: the lease's loop could not assemble it."""

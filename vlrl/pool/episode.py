@@ -36,6 +36,21 @@ class Stop:
     """Why, in words."""
 
 
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Where a branch of an episode starts (``play_episode``'s ``resume``): the screen its harness
+    instance was brought to (by fork or replay) and what the episode had come to there."""
+
+    obs: Observation
+    info: dict[str, Any]
+    note: str
+    """The note the turn was given when it was first played."""
+    turns: int
+    """Turns already played: the branch plays at most ``max_turns - turns`` more."""
+    reward: float
+    """What the turns before earned (their step rewards less penalties)."""
+
+
 Move = Action | Invalid | Stop
 Player = Callable[[Observation, str], Awaitable[Move]]
 """``(observation, note) -> move``. The note is the goal on the first turn, empty after a step
@@ -77,21 +92,29 @@ async def play_episode(
     max_turns: int,
     invalid_penalty: float | None = None,
     repeat_goal: bool = False,
+    resume: Resume | None = None,
 ) -> Episode:
     """Play one episode of ``env`` from ``reset(seed, options)``: at most ``max_turns`` moves.
 
     ``invalid_penalty``: what an invalid reply or a refused action costs; None for a player that
     never makes one (a scripted policy), whose ``ActionError`` then propagates as the bug it is.
-    ``repeat_goal``: every turn's note ends with the goal (``AgentBehaviour.goal_every_turn``)."""
-    obs, info = await env.reset(seed=seed, options=options)
+    ``repeat_goal``: every turn's note ends with the goal (``AgentBehaviour.goal_every_turn``).
+    ``resume``: play on from a turn of an earlier play of the episode instead of resetting (a
+    branch); the result's reward includes what the turns before earned, its actions and turn
+    records only the new turns'."""
+    if resume is None:
+        obs, info = await env.reset(seed=seed, options=options)
+        goal, note, reward, played = obs.goal or "", obs.goal or "", 0.0, 0
+    else:
+        obs, info, note, reward, played = resume.obs, resume.info, resume.note, resume.reward, resume.turns
+        goal = obs.goal or ""
     task = str(info.get("task") or (options or {}).get("task") or "")
-    goal = obs.goal or ""
     later = goal if repeat_goal else ""
-    reward, success, finish, note = 0.0, False, "max_turns", goal
+    success, finish = False, "max_turns"
     actions: list[Action] = []
     turn_rewards: list[float] = []
     turn_states: list[str | None] = []
-    for _ in range(max_turns):
+    for _ in range(max_turns - played):
         move = await player(obs, note)
         if isinstance(move, Stop):
             return Episode(

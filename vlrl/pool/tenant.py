@@ -16,6 +16,7 @@ import numpy as np
 from ray.exceptions import RayActorError, RayTaskError
 
 from vlrl.harness import Action, ActionError, Observation, StepResult
+from vlrl.harness.fork import EpisodeRecord
 from vlrl.pool.remote_errors import EnvCallError, cause_of, describe
 from vlrl.pool.screens import ShippedObservation, new_receiver
 from vlrl.store import WriteLedger
@@ -109,6 +110,12 @@ class EnvSession:
             return obs.observation(self._screens)
         return await self._run_blocking(obs.observation, self._screens)
 
+    async def replay(self, record: EpisodeRecord, turn: int) -> tuple[Observation, dict]:
+        """Bring the instance to turn ``turn`` of ``record`` (``EnvHost.replay``): a divergence
+        comes back as an ``EnvCallError`` naming the turn."""
+        obs, info = await _call(self._host, self._codebase, "replay", self.instance_id, record, turn)
+        return await self._observation(obs), info
+
     async def oracle(self) -> Action | None:
         return await _call(self._host, self._codebase, "oracle", self.instance_id)
 
@@ -158,6 +165,16 @@ class TenantContext:
         session = EnvSession(self._env, instance_id, self._run_blocking)
         self._sessions.append(session)
         return session
+
+    async def fork_env(self, session: EnvSession) -> EnvSession | None:
+        """A new harness instance forked from ``session``'s (the same state, on the same env host),
+        or None when its harness does not fork (open one and replay instead)."""
+        instance_id = f"{self.tenant_id}/{len(self._sessions)}"
+        if not await _call(self._env.host, self._env.codebase, "fork", session.instance_id, instance_id):
+            return None
+        twin = EnvSession(self._env, instance_id, self._run_blocking)
+        self._sessions.append(twin)
+        return twin
 
     async def close(self) -> list[str]:
         """Release every instance this tenant opened, best effort; returns what went wrong. It

@@ -26,7 +26,7 @@ from vlrl.records.fields import (
 )
 from vlrl.records.groups import AcceptedGroup, Batch, GroupDecision, GroupError, GroupStatus, group_id_of
 from vlrl.records.image import HASH_HEX_CHARS, MMItemMeta, TokenRule, image_store_key
-from vlrl.records.sequence import Finish, SeqMeta
+from vlrl.records.sequence import Finish, SeqMeta, TreeRollout
 
 __all__ = [
     "ADVANTAGES",
@@ -54,6 +54,7 @@ __all__ = [
     "PayloadField",
     "SeqMeta",
     "TokenRule",
+    "TreeRollout",
     "fields_for",
     "group_id_of",
     "image_store_key",

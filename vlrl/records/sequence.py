@@ -69,6 +69,11 @@ class SeqMeta:
     task: str = ""
     """The task family the episode was drawn from (the harness's ``info["task"]`` at reset; ''
     when the harness does not say): per-task success in evaluation reports."""
+    branch_of: tuple[int, int] = ()
+    """For a branch of a branching rollout (``DataSource.branching``): ``(sample index of the
+    trajectory it branched from, the turn it branched at)``. The branch replayed that trajectory's
+    first ``turn`` moves and shares its prefix; its own requests start at that turn, the prefix
+    sits in its prompt. () for a trajectory played from reset."""
     replay_of: str = ""
     """The kept sequence this one copies (``control.replay``): a success of an earlier group of
     the same task, replayed into this group; its tokens are as old as the original's and the
@@ -103,6 +108,13 @@ class SeqMeta:
                 )
         if not all(math.isfinite(r) for r in self.turn_rewards):
             raise ValueError(f"SeqMeta.turn_rewards={self.turn_rewards}; expected finite numbers")
+        if self.branch_of and not (
+            len(self.branch_of) == 2 and self.branch_of[0] >= 0 and self.branch_of[1] >= 1
+            and self.branch_of[0] != self.sample_index
+        ):  # fmt: skip
+            raise ValueError(
+                f"SeqMeta.branch_of={self.branch_of}; expected () or (another trajectory's sample index, a turn >= 1)"
+            )
         for offset, index in self.image_offsets:
             if not (0 <= offset < self.num_tokens and 0 <= index < len(self.images)):
                 raise ValueError(
@@ -125,3 +137,18 @@ class SeqMeta:
         if self.replay_of:
             return 0
         return sum(n for v, n in self.version_tokens() if v < min_version)
+
+
+@dataclass(frozen=True, slots=True)
+class TreeRollout:
+    """What one tree of a branching rollout returns to the driver: its sequences (the root's and
+    every branch's) and how its branches got their start, for the books."""
+
+    metas: tuple[SeqMeta, ...]
+    forks: int = 0
+    """Branches whose harness instance was forked from a sibling's (``Harness.fork``)."""
+    replays: int = 0
+    """Branches whose instance replayed the root's moves to the branch point."""
+    failures: tuple[str, ...] = ()
+    """One reason per branch that could not start (a replay that diverged, naming the turn; a
+    fork that failed): those branches are left out, the tree and its group go on."""

@@ -7,27 +7,28 @@ A reply that is not a well-formed action costs the source's format penalty and i
 feedback instead of a step. At the end the payload goes to the store once and the driver gets
 ``SeqMeta`` records: one per training sequence (one, unless a history window rewrote the context).
 Each turn's request carries its own sampling seed (``turn_seed``): the engine seeds a stream per
-request, so one seed per episode would draw every turn from the same random numbers.
+request, so one seed per episode would draw every turn from the same random numbers. The turns
+themselves are ``rollout.player``'s; a branching source's tenant plays a tree of episodes
+(``rollout.branching``).
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from vlrl.config import AgentBehaviour, DataSource
-from vlrl.harness import Observation
 from vlrl.mm import PatchRule
-from vlrl.pool.episode import Invalid, Move, play_episode
+from vlrl.pool.episode import play_episode
 from vlrl.pool.tenant import TenantContext
-from vlrl.records import SeqMeta
-from vlrl.rollout.chat import ChatFormat, ChatTurn
+from vlrl.records import SeqMeta, TreeRollout
+from vlrl.rollout.branching import play_tree
+from vlrl.rollout.chat import ChatFormat
 from vlrl.rollout.client import InferenceClient
-from vlrl.rollout.parsers import PARSERS, ParseError, ScreenMap
-from vlrl.rollout.protocol import SamplingParams
-from vlrl.rollout.screen_history import ScreenHistory
-from vlrl.rollout.trajectory import Trajectory
+from vlrl.rollout.parsers import PARSERS, ScreenMap
+from vlrl.rollout.player import PolicyPlayer, turn_seed
+
+__all__ = ["AgentLoop", "LoopRuntime", "agent_loop_factory", "turn_seed"]
 
 
 @dataclass(slots=True)
@@ -64,81 +65,35 @@ class AgentLoop:
     sample_index: int
     task: str | None = None
 
-    async def run(self, ctx: TenantContext) -> list[SeqMeta]:
+    async def run(self, ctx: TenantContext) -> list[SeqMeta] | TreeRollout:
+        """One episode's sequences; a branching source's tree of episodes (``rollout.branching``)."""
+        if self.source.branching is not None:
+            return await play_tree(self, ctx)
         runtime: LoopRuntime = ctx.shared["runtime"]
-        agent = self.source.agent
-        chat = runtime.chat_for(agent)
-        parser = PARSERS[agent.action_format]
-        trajectory_id = f"{self.group_id}/{self.sample_index}/{ctx.tenant_id}"
-        sampling = SamplingParams(
-            temperature=agent.temperature,
-            top_p=agent.top_p,
-            max_tokens=agent.max_tokens,
-            stop_token_ids=chat.stop_token_ids,
-        )
-        trajectory = Trajectory(trajectory_id)
-        turns: list[ChatTurn] = []
-        screens = ScreenHistory(agent, runtime.patch_rule)
-
-        async def policy(obs: Observation, note: str) -> Move:
-            screen = await ctx.to_thread(screens.add, obs.screenshot, env.content_hash(obs.screenshot))
-            turns.append(ChatTurn(note, (screen.width, screen.height)))
-            shown, images = await ctx.to_thread(screens.shown)
-            context = await ctx.to_thread(chat.context, turns, shown)
-            trajectory.set_context(context, images)
-            turn = len(turns) - 1
-            result = await runtime.client.generate(
-                trajectory_id,
-                trajectory.current.prompt_array(),
-                trajectory.current.images,
-                replace(sampling, seed=turn_seed(trajectory_id, turn)),
-                request_id=f"{trajectory_id}#{turn}",
-            )
-            trajectory.add_generated(result, obs.state_key or screen.content_hash)
-            turns[-1].answer = [int(t) for t in result.token_ids]
-            turns[-1].answer_stopped = result.finish_reason == "stop"
-            reply = await ctx.to_thread(chat.decode, turns[-1].answer)
-            try:
-                return parser.parse(reply, runtime.screen_map(obs.width, obs.height))
-            except ParseError as error:
-                return Invalid(error.feedback)
-
         env = await ctx.open_env()
+        player = PolicyPlayer(runtime, self.source, self.trajectory_id(ctx, self.sample_index), env, ctx)
         try:
             episode = await play_episode(
                 env,
-                policy,
+                player,
                 seed=self.seed,
-                options={"task": self.task} if self.task else None,
-                max_turns=agent.max_turns,
-                invalid_penalty=agent.format_penalty,
-                repeat_goal=agent.goal_every_turn,
+                options=self.options,
+                max_turns=self.source.agent.max_turns,
+                invalid_penalty=self.source.agent.format_penalty,
+                repeat_goal=self.source.agent.goal_every_turn,
             )
         finally:
-            await runtime.client.end_trajectory(trajectory_id)
-        return await ctx.to_thread(
-            lambda: trajectory.finish(
-                runtime.store,
-                key=f"seq/{trajectory_id}",
-                group_id=self.group_id,
-                source=self.source.name,
-                sample_index=self.sample_index,
-                reward=episode.reward,
-                success=episode.success,
-                finish=episode.finish,
-                patch_rule=runtime.patch_rule,
-                task=episode.task,
-                turn_rewards=episode.turn_rewards,
-                ledger=ctx.writes,
-            )
-        )
+            await runtime.client.end_trajectory(player.trajectory_id)
+        return await player.finish(episode, group_id=self.group_id, sample_index=self.sample_index)
 
-def turn_seed(trajectory_id: str, turn: int) -> int:
-    """The sampling seed of one turn's request, in [0, 2**63): every request of a run draws its
-    own random numbers, and a rerun of the run (the same task seeds, so the same trajectory ids)
-    draws the same ones. A 64-bit hash, so that a large run's requests do not share seeds."""
-    digest = hashlib.blake2b(f"{trajectory_id}#{turn}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
+    @property
+    def options(self) -> dict[str, Any] | None:
+        """The episode's reset options."""
+        return {"task": self.task} if self.task else None
+
+    def trajectory_id(self, ctx: TenantContext, sample_index: int) -> str:
+        """The id of the trajectory of ``sample_index`` this tenant plays (its store key's stem)."""
+        return f"{self.group_id}/{sample_index}/{ctx.tenant_id}"
 
 
 def agent_loop_factory(source: DataSource, seed: int, group_id: str, index: int) -> AgentLoop:

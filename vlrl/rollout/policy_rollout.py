@@ -14,7 +14,7 @@ import json
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -86,6 +86,7 @@ class PolicyRollout:
         config = self.config
         jobs, owners = [], []
         for source in config.sources:
+            source = replace(source, branching=None)  # independent episodes: trees are a training-time grouping
             for group in range(config.groups_per_source):
                 group_id = f"{source.name}/{config.seed + group}"
                 for index in range(source.group_size):

@@ -140,10 +140,12 @@ class Trajectory:
         patch_rule: PatchRule,
         task: str = "",
         turn_rewards: tuple[float, ...] = (),
+        branch_of: tuple[int, int] = (),
         ledger: WriteLedger | None = None,
     ) -> list[SeqMeta]:
         """Write every sequence's payload once; return their metadata (the trajectory's reward on
         each). Each sequence holds one reference to each of its images (``mm.store_images``).
+        ``branch_of``: a branch's ``SeqMeta.branch_of`` (() for a trajectory played from reset).
         ``turn_rewards``: what each request's move earned, over the whole trajectory (() when not
         known); each sequence gets those of its requests.
 
@@ -152,7 +154,7 @@ class Trajectory:
         finish either returns metadata for every key it wrote or leaves nothing behind."""
         sequences = [s for s in self.sequences if s.context_lengths]  # a prompt never answered trains nothing
         labels = dict(group_id=group_id, source=source, sample_index=sample_index, reward=float(reward))
-        labels.update(success=success, finish=finish, task=task)
+        labels.update(success=success, finish=finish, task=task, branch_of=branch_of)
         requests = [len(s.context_lengths) for s in sequences]
         if turn_rewards and len(turn_rewards) != sum(requests):
             raise ValueError(f"turn_rewards has {len(turn_rewards)} entries; the trajectory made {sum(requests)} requests")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -13,8 +13,11 @@ import ray as ray_module
 from transformers import Qwen2VLForConditionalGeneration
 
 from tests.helpers.reference_logprobs import reference_logprobs
-from vlrl.config import AgentBehaviour, DataSource, EnvSettings
+from vlrl.config import AgentBehaviour, Branching, DataSource, EnvSettings
+from vlrl.harness import register
+from vlrl.mm import delete_sequences
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, TenantContext
+from vlrl.records import TreeRollout
 from vlrl.rollout.agent_loop import AgentLoop
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.loop_setup import LoopSetup
@@ -129,3 +132,66 @@ def test_a_history_window_keeps_the_last_screenshots_and_splits_sequences(ray_se
         payload = store.get([meta.key])[meta.key]
         assert payload["loss_mask"].sum() == meta.num_response_tokens
     assert all(m.reward == metas[0].reward for m in metas)
+
+
+BRANCHING = DataSource(
+    name="menu",
+    codebase="desktop",
+    agent=AgentBehaviour(max_turns=3, max_tokens=12, temperature=1.0, format_penalty=0.25),
+    env=EnvSettings(width=160, height=120, tasks=["select-menu"], max_steps=3, params={"distractors": 0}),
+    group_size=4,
+    branching=Branching(points=2, branches=2),
+)
+
+
+def test_a_tree_shares_its_roots_prefix_and_counts_how_its_branches_started(ray_session, engine, store, tiny_path):
+    """A branching source's tenant plays a root and branches from its turns on the desktop harness
+    (one replay and one fork per point); each branch's prompt is the root's context at its branch
+    turn, token for token, and only its own replies carry loss."""
+    pool = _pool(LoopSetup(model_path=str(tiny_path), engines=(engine,), store=store))
+    try:
+        jobs = [(AgentLoop(BRANCHING, seed=11 + i, group_id=f"t{i}", sample_index=0), {"codebase": "desktop"}) for i in range(3)]
+        outcomes = asyncio.run(pool.run_many(jobs))
+    finally:
+        pool.shutdown()
+    assert [o.status for o in outcomes] == ["ok"] * 3, [o.error for o in outcomes]
+    trees = [o.value for o in outcomes]
+    assert all(isinstance(t, TreeRollout) and not t.failures for t in trees)
+    branched = [(t, m) for t in trees for m in t.metas if m.branch_of]
+    assert branched, "no root lasted two turns"
+    assert sum(t.replays for t in trees) >= 1 and sum(t.forks for t in trees) >= 1
+    for tree, meta in branched:
+        root = next(m for m in tree.metas if m.sample_index == meta.branch_of[0])
+        turn = meta.branch_of[1]
+        assert 1 <= turn < root.turns and meta.turns <= BRANCHING.agent.max_turns - turn
+        assert meta.turn_states[0] == root.turn_states[turn]  # the branch starts on the root's screen there
+        rows = store.get([root.key, meta.key])
+        prefix = root.context_lengths[turn]
+        np.testing.assert_array_equal(rows[meta.key]["token_ids"][:prefix], rows[root.key]["token_ids"][:prefix])
+        assert meta.context_lengths[0] == prefix and not rows[meta.key]["loss_mask"][:prefix].any()
+        assert rows[meta.key]["loss_mask"].sum() == meta.num_response_tokens
+    delete_sequences(store, [m for t in trees for m in t.metas])
+    assert store.stats().keys == 0
+
+
+def test_a_replay_that_diverges_fails_its_branches_not_the_tree(ray_session, engine, store, tiny_path):
+    register("desktop-drift", "tests.helpers.drifting_harness:DriftingDesktop", override=True)
+    source = replace(BRANCHING, name="drift", codebase="desktop-drift", branching=Branching(points=1, branches=2))
+    pool = HarnessPool.Config(
+        budget=HostBudget(total_hosts=2, shares={"loop": 1, "desktop-drift": 1}),
+        loop_host=HostConfig(max_tenants=8),
+        env_host=HostConfig(max_tenants=8),
+    ).build(loop_setup=LoopSetup(model_path=str(tiny_path), engines=(engine,), store=store))
+    try:
+        jobs = [(AgentLoop(source, seed=21 + i, group_id=f"d{i}", sample_index=0), {"codebase": "desktop-drift"}) for i in range(3)]
+        outcomes = asyncio.run(pool.run_many(jobs))
+    finally:
+        pool.shutdown()
+    assert [o.status for o in outcomes] == ["ok"] * 3, [o.error for o in outcomes]
+    trees = [o.value for o in outcomes]
+    failures = [f for t in trees for f in t.failures]
+    assert failures and all("replay to turn" in f and "replay diverged at turn 0" in f for f in failures), failures
+    assert all(not m.branch_of for t in trees for m in t.metas)  # nothing of a diverged branch was kept
+    assert all(t.replays == 0 and t.forks == 0 for t in trees)
+    delete_sequences(store, [m for t in trees for m in t.metas])
+    assert store.stats().keys == 0
