@@ -99,7 +99,8 @@ class ReplayBuffer:
         index = 1 + max(meta.sample_index for meta in metas)
         copies = tuple(
             replace(
-                meta, key=f"replay/{group_id}/{meta.key}", group_id=group_id, sample_index=index, replay_of=meta.key
+                meta, key=f"replay/{group_id}/{meta.key}", group_id=group_id, sample_index=index, replay_of=meta.key,
+                branch_of=(),  # a kept branch joins as a trajectory of its own: its root is another group's
             )
             for meta in hard.kept
         )

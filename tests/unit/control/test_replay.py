@@ -106,3 +106,19 @@ def test_replayed_tokens_are_exempt_from_the_batch_staleness_bound_only():
     (meta,) = group(LocalStore(), "g", [True])
     assert meta.stale_tokens(1) == 4  # sampled by version 0, the batch trains from version 1 on
     assert replace(meta, replay_of="seq/old/0").stale_tokens(1) == 0  # the replay's max_age applies
+
+
+def test_a_kept_branch_joins_as_a_trajectory_of_its_own():
+    """A success that was a branch of a branching source names a root of its own group; its copy
+    in a later group has none there, so it joins as a trajectory played from reset would."""
+    store, task = LocalStore(), ("s", 7)
+    replay = buffer(store)
+    root, branch, *rest = group(store, "s/7", [False, True, False, False])
+    first = (root, replace(branch, branch_of=(0, 1)), *rest)
+    assert consume(store, replay, task, first)
+    fresh = group(store, "s/7~1", [False] * 4, version=1)
+    (copy,) = replay.join(task, "s/7~1", fresh, version=1)[4:]
+    assert copy.replay_of == branch.key and copy.branch_of == ()
+    delete_sequences(store, [*fresh, copy])
+    replay.close()
+    assert store.stats().keys == 0
