@@ -81,7 +81,7 @@ def recipe() -> TrainJob.Config:
         loss=PolicyLoss.Config(kind="grpo"),
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=4096),
         trainer=TrainerGroup.Config(cpus_per_worker=1),
-        warm_start=None,  # no oracle exists for a program vlrl does not know
+        warm_start=None,  # starts from a checkpoint that writes click(x, y) (start_from); :counter warm-starts on traces
         steps=20,
         eval=Evaluation(episodes=64, every=10, chance=False, screenshots=0),
         checkpoint_every=10,

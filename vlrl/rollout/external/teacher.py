@@ -12,6 +12,7 @@ the loss on the teacher's replies.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import importlib.util
 import json
@@ -80,8 +81,10 @@ class ProgramTeacher:
         return replace(self, script=f"{Path(match['where']).resolve()}:{match['function']}")
 
 
+@functools.lru_cache(maxsize=16)
 def load_script(script: str) -> Callable[..., Any]:
-    """The function ``script`` names; a ``ConfigError`` on ``warm_start.teacher.script`` otherwise."""
+    """The function ``script`` names, loaded once per process; a ``ConfigError`` on
+    ``warm_start.teacher.script`` otherwise."""
     match = _SCRIPT.fullmatch(script)
     if match is None:
         raise ConfigError("warm_start.teacher.script", script, "'path/to/teacher.py:function' or 'module:function'")
