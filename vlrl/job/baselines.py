@@ -138,11 +138,11 @@ class ProgramSweep:
         count = self.grid[0] * self.grid[1] if self.policy == "constant" else 1
         wins, points, task = [], (), ""
         for index in range(count):
-            replies: Any = (
-                self.teacher if self.policy == "teacher"
-                else ScriptedClicks(self.source.agent.action_format, self.seed, self.grid, None if self.policy == "random" else index)
-            )  # fmt: skip
-            run = ExternalRun(self.source, seed=self.seed, group_id=f"baseline/{self.source.name}/{self.seed}", sample_index=index, teacher=replies)
+            point = None if self.policy == "random" else index
+            scripted = ScriptedClicks(self.source.agent.action_format, self.seed, self.grid, point)
+            replies: Any = self.teacher if self.policy == "teacher" else scripted
+            group_id = f"baseline/{self.source.name}/{self.seed}"
+            run = ExternalRun(self.source, seed=self.seed, group_id=group_id, sample_index=index, teacher=replies)
             played = await run.play(ctx)  # a program failing under a baseline fails the seed's (counted) run
             wins.append(played.report.success)
             task = played.task

@@ -226,7 +226,9 @@ def unkept_sources(sources: list[DataSource], tenants: list[DemoEpisode | Progra
         mine = [o for t, o in zip(tenants, outcomes) if t.source.name == source.name]
         if any(o.status == "ok" and o.value.metas for o in mine):
             continue
-        reasons = Counter(o.value.reason if o.status == "ok" else f"{o.status}: {(o.error or 'no error').splitlines()[0]}" for o in mine)
+        reasons = Counter(
+            o.value.reason if o.status == "ok" else f"{o.status}: {(o.error or 'no error').splitlines()[0]}" for o in mine
+        )
         lines.append(
             f"sources[{i}] ({source.name!r}, an agent program) kept 0 of {len(mine)} runs against warm_start.teacher"
             f" ({dict(reasons)}); check that the teacher's replies are what the program parses and that they win"

@@ -74,7 +74,9 @@ class ExternalRun:
         if template is None:
             template = ctx.shared["chat_template"] = await ctx.to_thread(ChatTemplate, runtime.processor)
         task = task_of(self.source, self.seed)
-        teacher = TeacherReplies(self.teacher, seed=self.seed, task=task) if isinstance(self.teacher, ProgramTeacher) else self.teacher
+        teacher = self.teacher
+        if isinstance(teacher, ProgramTeacher):
+            teacher = TeacherReplies(teacher, seed=self.seed, task=task)
         tracer = ChatTracer(
             trajectory_id,
             client=runtime.client,
