@@ -1,7 +1,7 @@
 """The main job on vLLM, and vLLM's own OpenAI server as an endpoint, end to end.
 
 One small run of ``examples/train_click_vllm.py:small`` (a vLLM replica on CPU serves every
-rollout and evaluation) is trained once; then ``vllm serve`` of its last checkpoint's ``hf/``
+rollout and evaluation), sampling at temperature 0.7 and top-p 0.9, is trained once; then ``vllm serve`` of its last checkpoint's ``hf/``
 folder is evaluated over HTTP (``vlrl eval --endpoint``) beside ``vlrl eval`` of the same
 checkpoint on the embedded engine, on the same held-out seeds.
 """
@@ -34,7 +34,11 @@ def run(*args: str, timeout: float = 900) -> dict:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("vllm-run") / "run"
-    summary = run("train", "examples/train_click_vllm.py:small", "--set", f"run_dir={run_dir}")
+    summary = run(
+        "train", "examples/train_click_vllm.py:small", "--set", f"run_dir={run_dir}",
+        # sampled as vLLM reports: the trainer scores each token by its stored temperature and nucleus
+        "--set", "sources[0].agent.temperature=0.7", "--set", "sources[0].agent.top_p=0.9",
+    )  # fmt: skip
     assert summary["engine"] == "vllm" and summary["steps"] == 2
     return run_dir
 
@@ -48,7 +52,8 @@ def test_the_main_job_trains_on_vllm_with_the_trainers_logprobs(trained):
     rl = [r for r in rl if r.get("phase") == "rl" and "train/ratio_max" in r]
     assert len(rl) == 2
     # Rollouts were sampled by the weights the trainer holds (one push per step, on policy): the
-    # trainer's own forward reproduces vLLM's logprob of every sampled token (ratio = 1 at 1e-4).
+    # trainer's own forward, at each token's stored temperature and nucleus, reproduces vLLM's
+    # logprob of every sampled token (ratio = 1 at 1e-4).
     for record in rl:
         assert abs(record["train/ratio_max"] - 1) < 1e-4 and record["train/approx_kl"] < 1e-6, record
 

@@ -38,6 +38,7 @@ from vlrl.rollout.engine.vllm_inputs import (
     checkpoint_weights,
     generate_result,
     prompt_inputs,
+    redraw,
     resolve_images,
     sampled_draws,
     sampling_kwargs,
@@ -147,13 +148,15 @@ def test_sampling_kwargs_ask_for_every_tokens_processed_logprob_and_all_stops():
         "temperature": 0.7,
         "top_p": 0.9,
         "max_tokens": 12,
-        "stop_token_ids": [3, 4, 9],
+        "stop_token_ids": [3, 4, 7, 8, 9],  # a drawn placeholder stops the request, to be drawn again
         "seed": 5,
         "logprobs": -1,
         "flat_logprobs": True,
-        "logit_bias": {7: BANNED_LOGIT_BIAS, 8: BANNED_LOGIT_BIAS},
+        "logit_bias": {},
         "detokenize": False,
     }
+    greedy = sampling_kwargs(SamplingParams(temperature=0.0), frozenset({3, 4}), banned=[7, 8])
+    assert greedy["logit_bias"] == {7: BANNED_LOGIT_BIAS, 8: BANNED_LOGIT_BIAS} and greedy["stop_token_ids"] == [3, 4]
     assert score_kwargs()["prompt_logprobs"] == 0 and score_kwargs()["max_tokens"] == 1
 
 
@@ -173,12 +176,12 @@ def flat(rows: list[tuple[int, np.ndarray]]) -> SimpleNamespace:
     return SimpleNamespace(token_ids=token_ids, logprobs=logprobs, start_indices=starts, end_indices=ends)
 
 
-def vllm_row(z: np.ndarray, temperature: float, top_p: float, banned: list[int]) -> np.ndarray:
+def vllm_row(z: np.ndarray, temperature: float, top_p: float, biased: list[int]) -> np.ndarray:
     """What vLLM's ``processed_logprobs`` mode reports for one draw (its CPU sampler's steps):
-    the placeholders' bias, the temperature, top-p by ascending cumulative mass, log_softmax
-    over what is kept, -inf elsewhere."""
+    the ``biased`` ids' logit bias, the temperature, top-p by ascending cumulative mass,
+    log_softmax over what is kept, -inf elsewhere."""
     logits = torch.as_tensor(z, dtype=torch.float32).clone()
-    logits[banned] += BANNED_LOGIT_BIAS
+    logits[biased] += BANNED_LOGIT_BIAS
     logits /= temperature or 1.0
     if top_p < 1:
         ascending, order = logits.sort()
@@ -221,36 +224,58 @@ def test_generate_result_takes_each_sampled_tokens_logprob():
 @pytest.mark.parametrize("temperature, top_p", [(0.7, 0.9), (1.3, 0.5), (1.0, 1.0), (0.6, 1.0), (0.0, 1.0)])
 def test_sampled_draws_report_what_the_embedded_engine_reports_for_the_same_logits(temperature, top_p):
     """From vLLM's rows of the distributions it drew from: the nucleus count the embedded engine's
-    sampler gives, and the logprob ``nucleus_logprob`` gives the trainer for that count (the
-    placeholders back in the normaliser, never in a nucleus they are not likely enough for)."""
+    sampler gives, and the logprob ``nucleus_logprob`` gives the trainer for that count, the
+    placeholders in the nucleus and normaliser with their own logits (a greedy request's row
+    biases them: their mass is given back)."""
     rng = np.random.default_rng(0)
     vocab, banned = 64, [60, 61, 62, 63]
+    greedy = temperature == 0
     rows, expected = [], []
     for position in range(12):
         z = rng.normal(0, 2, vocab).astype(np.float32)
-        z[banned] = rng.normal(-8 if top_p < 1 else -2, 1, len(banned))  # with real mass when top-p keeps everything
-        row = vllm_row(z, temperature, top_p, banned)
+        z[banned] += 2  # placeholders among the likely tokens, as in an untrained policy
+        row = vllm_row(z, temperature, top_p, banned if greedy else [])
         token = int(rng.choice(np.flatnonzero(np.isfinite(row) & ~np.isin(np.arange(vocab), banned))))
         rows.append((token, row))
         t = torch.as_tensor(z) / (temperature or 1.0)
         kept = nucleus_size(t, top_p) if temperature and top_p < 1 else 0
         expected.append((float(nucleus_logprob(t, token, kept)), kept))
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=12)
-    logprobs, nucleus = sampled_draws(request(np.zeros(3, np.int64), sampling=sampling), [t for t, _ in rows], flat(rows), banned)
+    ids = [t for t, _ in rows]
+    logprobs, nucleus = sampled_draws(request(np.zeros(3, np.int64), sampling=sampling), ids, flat(rows), banned)
     np.testing.assert_allclose(logprobs, [lp for lp, _ in expected], atol=2e-6)
     if top_p < 1:
-        assert nucleus == [k for _, k in expected] and 1 < min(nucleus) < vocab - len(banned)
-    else:
-        # vLLM's own logprobs leave the placeholders' mass out: measurably off where they have some
-        assert np.abs(logprobs - [row[t] for t, row in rows]).max() > 1e-4
-    result = generate_result(request(np.zeros(3, np.int64), sampling=sampling), np.zeros(3, np.int64),
-                             vllm_output(np.zeros(3), [t for t, _ in rows], flat(rows)), 0, banned=banned)  # fmt: skip
+        assert nucleus == [k for _, k in expected] and 1 < min(nucleus) < vocab
+    if greedy:  # vLLM's own logprobs leave the biased placeholders' mass out: measurably off
+        assert np.abs(logprobs - [row[t] for t, row in rows]).max() > 1e-2
+    prompt = np.zeros(3, np.int64)
+    result = generate_result(request(prompt, sampling=sampling), prompt, vllm_output(prompt, ids, flat(rows)), 0, banned=banned)
     assert sorted(result.extras) == sorted(
         ({"temperature"} if temperature not in (0, 1) else set()) | ({"nucleus"} if top_p < 1 else set())
     )
     if top_p < 1:
         assert result.extras["nucleus"].dtype == np.int32 and result.extras["nucleus"].tolist() == nucleus
         assert result.extras["temperature"].tolist() == [np.float32(temperature)] * 12
+
+
+def test_a_drawn_placeholder_is_drawn_again_from_where_it_stopped_the_reply():
+    sampling = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=6, seed=5)
+    prompt = np.array([3, 9, 4], dtype=np.int64)
+    row = np.log(np.full(8, 1 / 8))
+    result = generate_result(request(prompt, sampling=sampling), prompt, vllm_output(prompt, [2, 1, 7], flat([(2, row), (1, row), (7, row)])), 3)
+    again, again_prompt, so_far = redraw(request(prompt, sampling=sampling), prompt, result, banned=[6, 7], attempt=1)
+    assert again_prompt.tolist() == [3, 9, 4, 2, 1] and again.prompt_ids.tolist() == again_prompt.tolist()
+    assert again.sampling.max_tokens == 4 and again.sampling.seed not in (None, 5) and again.sampling.top_p == 0.9
+    assert so_far.token_ids.tolist() == [2, 1] and len(so_far.logprobs) == 2 and len(so_far.extras["nucleus"]) == 2
+    unseeded = request(prompt, sampling=dataclasses.replace(sampling, seed=None))
+    assert redraw(unseeded, prompt, result, [6, 7], 1)[0].sampling.seed is None
+    # replayable: the same attempt of the same seeded request draws with the same seed
+    assert redraw(request(prompt, sampling=sampling), prompt, result, [6, 7], 1)[0].sampling.seed == again.sampling.seed
+    assert redraw(request(prompt, sampling=sampling), prompt, result, [6, 5], 1) is None  # no placeholder at the end
+    greedy = request(prompt, sampling=SamplingParams(temperature=0.0))
+    assert redraw(greedy, prompt, result, [6, 7], 1) is None  # greedy requests are biased instead
+    with pytest.raises(RuntimeError, match="drew a vision placeholder 17 times"):
+        redraw(request(prompt, sampling=sampling), prompt, result, [6, 7], attempt=17)
 
 
 def test_score_result_reads_prompt_logprobs_with_zero_first():
@@ -399,6 +424,9 @@ class FakeAsyncLLM:
         self.rpcs = 0
         self.adapters: list[tuple[dict, dict[str, torch.Tensor], bool]] = []  # (config, tensors, load_inplace)
         self.args: dict = {}
+        self.placeholders = 0  # how many next answers draw a placeholder after their first token
+        self.prompts: list[list[int]] = []
+        self.params: list = []
 
     async def generate(self, inputs, params, request_id, lora_request=None):
         self.request_ids.append(request_id)
@@ -413,7 +441,14 @@ class FakeAsyncLLM:
             prompt_logprobs = [None, *({t: lp(-float(i))} for i, t in enumerate(expanded[1:], 1))]
         z = np.log(np.arange(1, 17) / 136)  # the model's distribution over 16 ids, the placeholders' among them
         row = vllm_row(z, params.temperature, getattr(params, "top_p", 1.0), sorted(getattr(params, "logit_bias", {})))
-        yield vllm_output(expanded, ANSWER, flat([(t, row) for t in ANSWER]), finish="length", prompt_logprobs=prompt_logprobs)
+        self.prompts.append(list(inputs["prompt_token_ids"]))
+        self.params.append(params)
+        answer, finish = ANSWER, "length"
+        if self.placeholders:
+            self.placeholders -= 1
+            answer, finish = [ANSWER[0], self.pad], "stop"
+            assert self.pad in params.stop_token_ids
+        yield vllm_output(expanded, answer, flat([(t, row) for t in answer]), finish=finish, prompt_logprobs=prompt_logprobs)
 
     async def collective_rpc(self, method, args=()):
         assert method == "vlrl_load_weights"
@@ -501,6 +536,29 @@ def test_actor_serves_misses_scores_and_updates_between_requests(fake_vllm, tiny
     assert stats["cache_miss_replies"] == 1 and stats["image_cache_misses"] == 1
     assert stats["image_cache_hits"] == 3 and stats["weight_updates"] == 1 and stats["generated_tokens"] == 6
     assert stats["in_flight"] == 0 and stats["image_bytes_received"] == shot.nbytes
+
+
+def test_actor_draws_a_placeholder_again_on_the_same_weights_and_joins_the_reply(fake_vllm, tiny_path, processor, tmp_path):
+    shot = screen(320, 240, 12)
+    prompt = user_turn(processor, "click OK", [shot])
+    sampling = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=8, seed=4)
+    fake_vllm.placeholders = 2  # the first two vLLM answers end in <|image_pad|>
+
+    async def main():
+        engine = VLLMEngine(VLLMEngine.Config(weights_dir=str(tmp_path)), str(tiny_path))
+        result = await engine.generate(request(prompt, (part(shot),), sampling=sampling))
+        return result, await engine.stats()
+
+    result, stats = asyncio.run(main())
+    first, second, third = fake_vllm.prompts
+    assert second == first + [ANSWER[0]] and third == second + [ANSWER[0]]  # each redraw starts after the kept tokens
+    assert [p.max_tokens for p in fake_vllm.params] == [8, 7, 6] and len({p.seed for p in fake_vllm.params}) == 3
+    assert result.token_ids.tolist() == [ANSWER[0], ANSWER[0], *ANSWER] and result.finish_reason == "length"
+    z = torch.log(torch.arange(1, 17) / 136) / 0.7  # the placeholders' own logits in the nucleus and normaliser
+    k = nucleus_size(z, 0.9)
+    np.testing.assert_allclose(result.logprobs, [float(nucleus_logprob(z, t, k)) for t in result.token_ids], rtol=1e-5)
+    assert result.extras["nucleus"].tolist() == [k] * 4 and len(result.extras["temperature"]) == 4
+    assert stats["placeholder_redraws"] == 2 and stats["generated_tokens"] == 4
 
 
 def test_actor_assembles_screens_sent_as_tiles_and_misses_without_their_base(fake_vllm, tiny_path, processor, tmp_path):

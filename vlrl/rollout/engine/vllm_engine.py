@@ -5,8 +5,9 @@ The actor runs vLLM's in-process async engine (``AsyncLLM``; its engine core and
 vLLM's own subprocesses) and speaks ``vlrl.rollout.protocol``: token ids in, the exact sampled
 ids out with their logprobs under the distribution each was drawn from (temperature and top-p
 applied, with the temperature and nucleus count the trainer scores them by, as
-``EmbeddedEngine`` reports them), images by content hash with exact ``CacheMiss`` answers,
-``score`` from prompt logprobs, versioned ``update_weights``. The translations live in
+``EmbeddedEngine`` reports them; a drawn vision placeholder is drawn again), images by content
+hash with exact ``CacheMiss`` answers, ``score`` from prompt logprobs, versioned
+``update_weights``. The translations live in
 ``vllm_inputs`` (no vLLM import); this module imports vLLM only inside the actor, so configs,
 recipes and the driver work on machines without it.
 
@@ -65,7 +66,9 @@ from vlrl.rollout.engine.vllm_inputs import (
     checked_prompt,
     checkpoint_weights,
     generate_result,
+    joined,
     prompt_inputs,
+    redraw,
     resolve_images,
     sampling_kwargs,
     score_kwargs,
@@ -272,7 +275,8 @@ class VLLMEngine:
         self._restored: int | None = None  # the version loaded from the keeper, once looked at (0: nothing there)
         self._counts = dict.fromkeys(
             ("requests", "scores", "cache_miss_replies", "image_cache_hits", "image_cache_misses",
-             "image_bytes_received", "prefill_tokens", "reused_prefix_tokens", "generated_tokens", "weight_updates", "weight_pause_s"),
+             "image_bytes_received", "prefill_tokens", "reused_prefix_tokens", "generated_tokens", "placeholder_redraws",
+             "weight_updates", "weight_pause_s"),
             0,
         )  # fmt: skip
 
@@ -282,9 +286,9 @@ class VLLMEngine:
         from vllm.sampling_params import RequestOutputKind
 
         self._counts["requests"] += 1
-        params = SamplingParams(
-            **sampling_kwargs(request.sampling, self._stops, self._banned), output_kind=RequestOutputKind.FINAL_ONLY
-        )
+        def params(sampling: Any) -> Any:
+            return SamplingParams(**sampling_kwargs(sampling, self._stops, self._banned), output_kind=RequestOutputKind.FINAL_ONLY)
+
         return await self._serve(request, params, functools.partial(generate_result, banned=self._banned))
 
     async def score(self, request: GenerateRequest) -> ScoreResult | CacheMiss:
@@ -295,7 +299,7 @@ class VLLMEngine:
         await self._restore()
         self._counts["scores"] += 1
         params = SamplingParams(**score_kwargs(), output_kind=RequestOutputKind.FINAL_ONLY)
-        return await self._serve(request, params, score_result)
+        return await self._serve(request, lambda sampling: params, score_result)
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor | np.ndarray], version: int) -> None:
         """Load new weights once the requests running on the old ones finish; returns once requests
@@ -359,6 +363,9 @@ class VLLMEngine:
     # -- one request: admission (ids, images), the update gate, vLLM, the result
 
     async def _serve(self, request: GenerateRequest, params: Any, finish: Any) -> Any:
+        """``params(sampling)``: vLLM's sampling parameters; ``finish(request, prompt, output,
+        version)``: the answer. A reply ending in a drawn placeholder is drawn again from there
+        (``redraw``), on the same policy version."""
         self._accepted += 1
         try:
             prompt = checked_prompt(request, self._vocab_size)
@@ -376,18 +383,22 @@ class VLLMEngine:
                 self._running += 1
                 version, lora = self._version, self._lora
             try:
-                output = None
-                request_id = f"{request.request_id}#{next(self._ids)}"
-                async for output in self._engine.generate(inputs, params, request_id, lora_request=lora):
-                    pass
-            except Exception as error:
-                end_if_engine_dead(error)
-                raise
+                prefix: GenerateResult | None = None  # the reply before a redrawn placeholder
+                for attempt in itertools.count(1):
+                    result = finish(request, prompt, await self._run(inputs, params(request.sampling), request.request_id, lora), version)
+                    again = redraw(request, prompt, result, self._banned, attempt) if isinstance(result, GenerateResult) else None
+                    if again is None:
+                        break
+                    request, prompt, kept = again
+                    prefix = kept if prefix is None else joined(prefix, kept)
+                    inputs = prompt_inputs(request, prompt, pixels, self._image_token_id, self._rule)
+                    self._counts["placeholder_redraws"] += 1
+                if prefix is not None:
+                    result = joined(prefix, result)
             finally:
                 async with self._turn:
                     self._running -= 1
                     self._turn.notify_all()
-            result = finish(request, prompt, output, version)
             if isinstance(result, GenerateResult):
                 self._counts["prefill_tokens"] += result.prefill_tokens
                 self._counts["reused_prefix_tokens"] += result.reused_prefix_tokens
@@ -395,6 +406,17 @@ class VLLMEngine:
             return result
         finally:
             self._accepted -= 1
+
+    async def _run(self, inputs: dict[str, Any], params: Any, request_id: str, lora: Any) -> Any:
+        """vLLM's final output for one prompt (a fresh vLLM request id each time)."""
+        output = None
+        try:
+            async for output in self._engine.generate(inputs, params, f"{request_id}#{next(self._ids)}", lora_request=lora):
+                pass
+        except Exception as error:
+            end_if_engine_dead(error)
+            raise
+        return output
 
     def _push(self, state_dict: Mapping[str, torch.Tensor | np.ndarray]) -> tuple[dict[str, torch.Tensor], dict]:
         """A push as (plain weights for vLLM's reload, ``{module: (A, s B)}`` adapters), checked:
@@ -493,11 +515,11 @@ def engine_args(config: VLLMEngine.Config, *, model_path: str, lora: bool = Fals
     LoRA adapter (one at a time, of up to ``config.lora_rank``, on the tower too with
     ``config.lora_tower``).
 
-    Fixed choices: processed logprobs (``log_softmax`` of the logits after the placeholders'
-    bias, temperature and top-p: the distribution vLLM drew from), every token's of them
-    (``max_logprobs=-1``: a draw's row gives its nucleus count, ``vllm_inputs.sampled_draws``),
-    so that each token carries the behaviour policy's ``log pi(a|s)`` with the temperature and
-    nucleus the trainer scores it by, as ``EmbeddedEngine`` reports them; vLLM's own
+    Fixed choices: processed logprobs (``log_softmax`` of the logits after temperature and
+    top-p: the distribution vLLM drew from), every token's of them (``max_logprobs=-1``: a draw's
+    row gives its nucleus count, ``vllm_inputs.sampled_draws``), so that each token carries the
+    behaviour policy's ``log pi(a|s)`` with the temperature and nucleus the trainer scores it by,
+    as ``EmbeddedEngine`` reports them; vLLM's own
     sampling defaults instead of the checkpoint's ``generation_config`` (each request says how to
     sample); the worker extension that loads pushed weights; vLLM's workers as subprocesses of
     this actor, on the GPUs it reserved (a Ray executor would ask Ray for GPUs the actor holds).

@@ -13,7 +13,8 @@
 - ``sampling_kwargs`` / ``score_kwargs``: ``vllm.SamplingParams`` keyword arguments.
 - ``generate_result`` / ``score_result``: vLLM's ``RequestOutput`` as protocol records (read by
   attribute only, so tests pass plain stand-ins); ``sampled_draws`` reads each draw's row of the
-  distribution vLLM sampled from into the logprob and nucleus the embedded engine reports.
+  distribution vLLM sampled from into the logprob and nucleus the embedded engine reports, and
+  ``redraw`` / ``joined`` draw a position again where vLLM drew a vision placeholder.
 - ``checkpoint_weights``: a trainer's state dict as the tensors vLLM's ``load_weights`` takes.
 
 A LoRA run's pushes have their own module, ``vllm_lora``.
@@ -21,6 +22,7 @@ A LoRA run's pushes have their own module, ``vllm_lora``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,16 +31,21 @@ import numpy as np
 import torch
 
 from vlrl.mm import PatchRule, content_hash
-from vlrl.rollout.engine.sampling import sampled_extras
+from vlrl.rollout.engine.sampling import SEED_LIMIT, sampled_extras
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, SamplingParams, ScoreResult
 
 if TYPE_CHECKING:
     from vlrl.models.family import ModelFamily
 
 BANNED_LOGIT_BIAS = -100.0
-"""vLLM clamps logit biases to [-100, 100]: -100 makes a vision placeholder (p ~ e^(-100/T)
-relative) never drawn. vLLM's processed logprobs include the bias; ``sampled_draws`` takes it
-out again, so the placeholders stay in the reported distribution as in the embedded engine's."""
+"""vLLM clamps logit biases to [-100, 100]: -100 makes a vision placeholder (p ~ e^-100 relative)
+never the argmax of a greedy request. vLLM's processed logprobs include the bias; ``sampled_draws``
+takes it out again, so the placeholders stay in the reported distribution as in the embedded
+engine's. Sampled requests are not biased: they draw placeholders again instead (``redraw``)."""
+
+MAX_REDRAWS = 16
+"""Placeholders one sampled request may draw (each drawn again) before it fails: a policy that
+puts most of a reply's mass on them is broken, and the request says so rather than looping."""
 
 CHECKPOINT_PREFIXES = ("model.language_model.", "model.visual.", "lm_head.")
 """Where a Hugging Face checkpoint of every supported family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL with
@@ -187,16 +194,20 @@ def sampling_kwargs(sampling: SamplingParams, stop_token_ids: frozenset[int], ba
     """``vllm.SamplingParams`` arguments for one ``generate``: every token's logprob under the
     distribution each draw came from (``logprobs=-1`` in vLLM's ``processed_logprobs`` mode, flat:
     ``sampled_draws`` reads them), the engine's stop ids plus the request's, no detokenisation
-    (ids are the output)."""
+    (ids are the output). The vision placeholders (``banned``) are never kept in a reply: a greedy
+    request biases them out of the argmax; a sampled one stops at a drawn placeholder, which
+    ``redraw`` then draws again, so its nucleus and logprobs are of the model's own logits."""
+    greedy = sampling.temperature == 0
+    stops = stop_token_ids | set(sampling.stop_token_ids) | (set() if greedy else {int(i) for i in banned})
     return {
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "max_tokens": sampling.max_tokens,
-        "stop_token_ids": sorted(stop_token_ids | set(sampling.stop_token_ids)),
+        "stop_token_ids": sorted(stops),
         "seed": sampling.seed,
         "logprobs": -1,
         "flat_logprobs": True,
-        "logit_bias": {int(i): BANNED_LOGIT_BIAS for i in banned},
+        "logit_bias": {int(i): BANNED_LOGIT_BIAS for i in banned} if greedy else {},
         "detokenize": False,
     }
 
@@ -244,17 +255,13 @@ def sampled_draws(
     ``end_indices[i]`` of ``token_ids`` and ``logprobs``; its first entry is the sampled token,
     the rest every vocabulary id. In ``processed_logprobs`` mode a row is the distribution the
     draw came from, ``log_softmax(z / T)`` over vLLM's top-p nucleus (-inf outside it; T = 1 for
-    greedy requests), so the nucleus count is the row's finite entries: the same count
-    ``sample`` reports, and the kept tokens are the most likely ones, as ``nucleus_logprob``
-    reads the count. One difference is taken out: vLLM's row holds the placeholders' logit bias
-    (``BANNED_LOGIT_BIAS``), where the embedded engine's distribution holds the model's own
-    logits for them (never drawn, still in the normaliser); each placeholder the nucleus kept
-    gets its mass back, ``exp(row + 100 / T)``, and the sampled token's logprob is renormalised.
-    A placeholder top-p cut (it sits 100 / T below its logit) is not in the count either; the
-    trainer's nucleus then differs only where the model puts a placeholder among the most
-    likely tokens of a reply.
+    greedy requests), so the nucleus count is the row's finite entries: the kept tokens are the
+    most likely ones, which is how the trainer reads a count (``nucleus_logprob``). A greedy
+    request's row holds the placeholders' bias (``BANNED_LOGIT_BIAS``); each placeholder gets its
+    mass back, ``exp(row + 100)``, and the logprob is renormalised, so it is ``log_softmax(z)``
+    with the placeholders in, as the embedded engine reports.
     """
-    unbias = -BANNED_LOGIT_BIAS / (request.sampling.temperature or 1.0)
+    biased = banned if request.sampling.temperature == 0 else []
     token_ids = np.asarray(rows.token_ids, dtype=np.int64)
     values = np.asarray(rows.logprobs, dtype=np.float64)
     logprobs, nucleus = np.empty(len(ids), dtype=np.float32), []
@@ -267,11 +274,59 @@ def sampled_draws(
                 f" token {token} (got id {token_ids[start]}, logprob {values[start]})"
             )
         kept = np.isfinite(row)
-        placeholders = row[kept & np.isin(row_ids, banned)]
-        regained = np.exp(placeholders + unbias).sum() - np.exp(placeholders).sum()
+        placeholders = row[kept & np.isin(row_ids, biased)]
+        regained = np.exp(placeholders - BANNED_LOGIT_BIAS).sum() - np.exp(placeholders).sum()
         logprobs[i] = values[start] - np.log1p(regained)
         nucleus.append(int(kept.sum()))
     return logprobs, nucleus
+
+
+def redraw(
+    request: GenerateRequest, prompt: np.ndarray, result: GenerateResult, banned: Sequence[int], attempt: int
+) -> tuple[GenerateRequest, np.ndarray, GenerateResult] | None:
+    """Where a sampled request's reply ends in a vision placeholder (``sampling_kwargs`` stops it
+    there), the request that draws that position again and the reply before it: (request, its
+    prompt, the result so far); None when the reply does not end in one.
+
+    Drawing again until the draw is no placeholder samples the nucleus restricted to the other
+    tokens, as the embedded engine's sampler does, while each logprob and nucleus count stays of
+    the whole distribution (placeholders in), as it reports them. The next request is the prompt
+    plus the kept tokens, with the tokens left to generate, on the same policy version (the
+    caller holds it) and, for a seeded request, the seed moved by ``attempt`` (replayable)."""
+    if request.sampling.temperature == 0 or not len(result.token_ids) or int(result.token_ids[-1]) not in banned:
+        return None
+    if attempt > MAX_REDRAWS:
+        raise RuntimeError(
+            f"request {request.request_id}: vLLM drew a vision placeholder {attempt} times (at most {MAX_REDRAWS}"
+            " are drawn again); the policy puts most of its reply's mass on them"
+        )
+    kept = result.token_ids[:-1]
+    sampling = dataclasses.replace(
+        request.sampling,
+        max_tokens=request.sampling.max_tokens - len(kept),
+        seed=None if request.sampling.seed is None else (request.sampling.seed + attempt * 0x9E3779B97F4A7C15) % SEED_LIMIT,
+    )
+    again = np.concatenate([prompt, kept.astype(prompt.dtype)])
+    so_far = dataclasses.replace(
+        result,
+        token_ids=kept,
+        logprobs=result.logprobs[:-1],
+        extras={name: values[:-1] for name, values in result.extras.items()},
+    )
+    return dataclasses.replace(request, prompt_ids=again, sampling=sampling), again, so_far
+
+
+def joined(first: GenerateResult, rest: GenerateResult) -> GenerateResult:
+    """One reply from ``first``'s tokens and then ``rest``'s (a redraw's), its prompt work summed."""
+    return dataclasses.replace(
+        rest,
+        request_id=first.request_id,
+        token_ids=np.concatenate([first.token_ids, rest.token_ids]),
+        logprobs=np.concatenate([first.logprobs, rest.logprobs]),
+        extras={name: np.concatenate([first.extras[name], values]) for name, values in rest.extras.items()},
+        prefill_tokens=first.prefill_tokens + rest.prefill_tokens,
+        reused_prefix_tokens=first.reused_prefix_tokens + rest.reused_prefix_tokens,
+    )
 
 
 def score_result(request: GenerateRequest, prompt: np.ndarray, output: Any, version: int) -> ScoreResult:
