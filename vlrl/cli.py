@@ -64,6 +64,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         "  vlrl train examples/train_click.py\n"
         "  vlrl train examples/train_click.py --resume\n"
         "  vlrl train path/to/recipe.py --print-config\n"
+        "  vlrl train path/to/recipe.py --print-config --resolved   # the settings as they will run\n"
         "  vlrl train path/to/recipe.py:small --set optim.lr=1e-4 --set store=RayStore",
     )
     _add_recipe_arguments(train)
@@ -72,6 +73,11 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="continue the run in the recipe's run_dir from its last checkpoint (the same as --set resume=true)",
     )
+    train.add_argument(
+        "--resolved", action="store_true",
+        help="with --print-config: print the run plan instead, the settings as they will run (each stage's optimizer"
+        " at the rate AdamW gets, a tiny build's rate scale applied; each rank's trainer; the engine; the layout)",
+    )  # fmt: skip
     train.set_defaults(handler=_run_recipe)
 
 
@@ -305,6 +311,12 @@ def _run_recipe(args: argparse.Namespace) -> int:
     if getattr(args, "resume", False):
         overrides.append("resume=true")
     cfg = load_recipe(args.recipe, overrides)
+    resolved = getattr(args, "resolved", False)
+    if resolved and not args.print_config:
+        return _fail("--resolved: only with --print-config")
+    if resolved:
+        print(render(cfg.plan(), settable=False), end="")
+        return 0
     if args.print_config:
         print(render(cfg), end="")
         return 0

@@ -108,14 +108,15 @@ def _session(faults: list[str], steps: int, seed: int | None, index: int) -> dic
 
     with tempfile.TemporaryDirectory(prefix="vlrl-chaos-") as scratch:
         config = _config(faults[0], Path(scratch), steps * len(faults))
-        with JobSession(config) as session:
+        with JobSession(config, config.plan()) as session:
             return asyncio.run(_train_each(session, faults, steps, seed, index))
 
 
 async def _train_each(
     s: Any, faults: list[str], steps: int, seed: int | None, index: int
 ) -> dict[str, dict[str, Any]]:
-    group = s.trainer_group(s.model_path)
+    plan = s.plan
+    group = plan.trainer.build(plan.rl, model_path=s.model_path, store_config=s.config.store, layout=plan.layout)
     outcomes: dict[str, dict[str, Any]] = {}
     try:
         for fault in faults:

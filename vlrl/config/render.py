@@ -14,10 +14,12 @@ from typing import Any
 from vlrl.config.schema import config_doc, config_name, field_docs, field_types, is_config, join_path, type_name
 
 
-def render(cfg: Any) -> str:
-    """The config tree ``cfg`` as commented text, every field with its value, type and docstring."""
+def render(cfg: Any, *, settable: bool = True) -> str:
+    """The config tree ``cfg`` as commented text, every field with its value, type and docstring;
+    ``settable=False`` for a resolved plan, whose paths ``--set`` does not take."""
     header = [f"# {type(cfg).__qualname__}", *_comment(config_doc(type(cfg)), "")]
-    lines = [*header, "# set a value with --set PATH=VALUE"]
+    how = "# set a value with --set PATH=VALUE" if settable else "# resolved: set values on the config (--set), not here"
+    lines = [*header, how]
     _render_fields(cfg, "", "", lines)
     return "\n".join(lines) + "\n"
 

@@ -1,9 +1,9 @@
 """What a ``vlrl train`` run holds while it lasts, and where it stands.
 
 ``JobSession`` builds and tears down the run's resources (run folder, logs and experiment
-trackers, the progress line, model, engines, an OPD teacher, store, Harness Pool) and offers the
-job what it needs from them: trainer groups, weight pushes, checkpoint folders, store clean-up
-and figures.
+trackers, the progress line, model, engines, an OPD teacher, store, Harness Pool) from the run's
+config and its resolved plan (``run_plan``), and offers the job what it needs from them: weight
+pushes, checkpoint folders, store clean-up and figures.
 ``RunState`` is what ``state.json`` next to every checkpoint records for ``--resume``.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +31,14 @@ from vlrl.job.run_folder import (
     write_evaluation,
     write_sources,
 )
+from vlrl.job.run_plan import TINY_FOLDER, RunPlan
 from vlrl.job.tracking import IDS_FILE
 from vlrl.mm import delete_sequences
 from vlrl.models import family_of
 from vlrl.records import SeqMeta
-from vlrl.rollout.engine import VLLMEngine
-from vlrl.rollout.engine.vllm_lora import lora_push
 from vlrl.rollout.engine.weights_keeper import weights_keeper
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY
-from vlrl.train.lora import LoRA
-from vlrl.train.loss import PolicyLoss
-from vlrl.train.mismatch import engine_noise, lag0_threshold
-from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer_group import TrainerGroup
 
 
@@ -76,28 +71,15 @@ class RunState:
 
 
 
-def trained_rate(config: Any, optim: Optimizer.Config) -> Optimizer.Config:
-    """``optim`` at the rate the run trains at: a tiny build's scaled by ``tiny.rate_scale``."""
-    if config.model_path != TINY:
-        return optim
-    return replace(optim, lr=optim.lr * config.tiny.resolved_rate_scale())
-
-
-def guarded(config: Any, loss: PolicyLoss.Config) -> PolicyLoss.Config:
-    """``loss`` with the lag-0 threshold of its mismatch guard set from the run's engine
-    (``train.mismatch.lag0_threshold``) where the config leaves it None."""
-    if loss.mismatch_warn_lag0 is not None:
-        return loss
-    return replace(loss, mismatch_warn_lag0=lag0_threshold(engine_noise(config.engine.dtype)))
-
-
 class JobSession:
     """What a run holds while it lasts: run folder, model, engines, store, pool, logs; all of it
     is torn down (actors ended, store destroyed) when the ``with`` block ends."""
 
-    def __init__(self, config: Any) -> None:
-        """``config``: the run's ``TrainJob.Config``."""
+    def __init__(self, config: Any, plan: RunPlan) -> None:
+        """``config``: the run's ``TrainJob.Config``; ``plan``: what it resolves to
+        (``run_plan.resolve``), which the model and engines are built from."""
         self.config = config
+        self.plan = plan
         self.run_dir = Path(config.run_dir).resolve()
         self.engine_version = 0
         self._pause_totals: dict[int, float] = {}
@@ -138,19 +120,9 @@ class JobSession:
                 field = f"sources[{i}].agent.older_image_tokens"
                 check_older_image_tokens(source.agent, rule, source.env.width, source.env.height, field)
         self.annotator = Annotator(processor.tokenizer, rule)
-        engine = config.engine
-        if config.loss.routing_replay == "rollout":  # the trainer replays what the engines record
-            engine = replace(engine, record_routing=True)
-        self.lora_push = None
-        """Under LoRA, how pushes reach the engines: 'adapters' (the embedded engine merges them
-        itself; vLLM serves them as a LoRA adapter) or 'merged' (every weight, adapters merged in)."""
-        if config.lora.enabled:
-            self.lora_push = "adapters"
-            if isinstance(engine, VLLMEngine.Config):
-                engine = replace(engine, lora_rank=config.lora.rank, lora_tower=config.lora.trains_tower)
-                adapters, _ = lora_push(engine.lora_adapters, engine.lora_rank, self.family.name)  # each replica says why
-                self.lora_push = "adapters" if adapters else "merged"
-        self.engines = [engine.build(model_path=self.model_path) for _ in range(config.replicas)]
+        self.lora_push = self.plan.lora_push
+        """Under LoRA, how pushes reach the engines (``RunPlan.lora_push``)."""
+        self.engines = [self.plan.engine.build(model_path=self.model_path) for _ in range(config.replicas)]
         self.teacher = None
         self.store = config.store.build()
         try:
@@ -180,44 +152,19 @@ class JobSession:
 
     def _clear(self) -> None:
         """A fresh run: remove what an earlier run in this folder left (only the job's own files)."""
-        for name in (CHECKPOINTS, TB_DIR, EPISODES_DIR, PLOTS_DIR, "model"):
+        for name in (CHECKPOINTS, TB_DIR, EPISODES_DIR, PLOTS_DIR, TINY_FOLDER):
             shutil.rmtree(self.run_dir / name, ignore_errors=True)
         for name in (METRICS_FILE, REVERTED_FILE, SUMMARY_FILE, IDS_FILE):
             (self.run_dir / name).unlink(missing_ok=True)
 
     def _model(self) -> str:
-        if self.config.model_path != TINY:
-            return self.config.model_path
-        path = self.run_dir / "model"
-        if not (path / "config.json").exists():
+        """The plan's policy checkpoint; a tiny build is made there first unless a resumed run has it."""
+        path = Path(self.plan.model_path)
+        if self.config.model_path == TINY and not (path / "config.json").exists():
             self.config.tiny.build(path)
-        return str(path)
+        return self.plan.model_path
 
     # -- trainer, checkpoints, state
-
-    def trainer_group(
-        self,
-        model_path: str,
-        *,
-        optim: Optimizer.Config | None = None,
-        loss: PolicyLoss.Config | None = None,
-        steps: int | None = None,
-        lora: LoRA.Config | None = None,
-    ) -> TrainerGroup:
-        """A trainer group on ``model_path`` for the RL stage (the run's ``optim``, ``loss``,
-        ``steps`` and ``lora``), or for the warm start with its own in their place; a tiny
-        build's rates scaled by ``tiny.rate_scale`` (its family's)."""
-        c = self.config
-        return c.trainer.build(
-            model_path=model_path,
-            store_config=c.store,
-            layout=c.layout,
-            optim=trained_rate(c, c.optim if optim is None else optim),
-            loss=guarded(c, c.loss if loss is None else loss),
-            micro_batches=c.micro_batches,
-            steps=c.steps if steps is None else steps,
-            lora=c.lora if lora is None else lora,
-        )
 
     async def push_weights(self, group: TrainerGroup, version: int) -> None:
         """To every engine and, for replicas that restart, to their weights keepers; a replica that

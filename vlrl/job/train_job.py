@@ -35,7 +35,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -54,18 +54,17 @@ from vlrl.job.processes import handle_sigterm, run_processes
 from vlrl.job.progress import Progress
 from vlrl.job.rl_step import rl_step
 from vlrl.job.run_folder import SUMMARY_FILE
-from vlrl.job.session import JobSession, RunState, trained_rate
+from vlrl.job.run_plan import RunPlan, resolve
+from vlrl.job.session import JobSession, RunState
 from vlrl.job.tracking import Tracking
 from vlrl.job.train_refusals import (
     check_demonstration_formats,
     check_external_sources,
-    check_routing_replay,
     check_sampling,
     check_start_from,
     check_teacher,
     check_teacher_reachable,
 )
-from vlrl.models import family, family_of
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.pool.tenant import TenantOutcome, lost_writers
 from vlrl.records import SeqMeta
@@ -76,8 +75,7 @@ from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.train.loss import RL_DUAL_CLIP, PolicyLoss
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.lora import LoRA
-from vlrl.train.trainer import check_lora_fits
-from vlrl.train.trainer_group import TrainerGroup, check_layout
+from vlrl.train.trainer_group import TrainerGroup
 
 class TrainJob:
     @dataclass(kw_only=True, slots=True)
@@ -176,19 +174,7 @@ class TrainJob:
                     " rollouts must embed images as training does",
                     got=repr(engine_encoder),
                 )
-            policy_family = family(self.tiny.family) if self.model_path == TINY else family_of(self.model_path)
-            try:
-                check_layout(self.layout, policy_family, None if self.model_path == TINY else self.model_path)
-            except ConfigError as error:
-                raise error.under("layout") from None
-            check_routing_replay(self, policy_family)
-            if self.lora.enabled:
-                check_lora_fits(self.lora, self.layout, self.trainer.encoder)
-                if self.model_path != TINY:  # the tiny model is built later; its trainer checks the patterns
-                    try:
-                        self.lora.check_model(self.model_path)
-                    except ConfigError as error:
-                        raise error.under("lora") from None
+            self.plan()  # the layout, LoRA and routing replay checks
             try:
                 self.driver.quotas(self.sources)
             except ConfigError as error:
@@ -203,6 +189,11 @@ class TrainJob:
             """After validation, before Ray: the harnesses build, an agent program's teacher answers."""
             RolloutSide.preflight(self)
             check_teacher_reachable(self)
+
+        def plan(self) -> RunPlan:
+            """The run as it will run (``vlrl.job.run_plan``): what ``vlrl train --print-config
+            --resolved`` prints and the job builds from."""
+            return resolve(self)
 
         def build(self) -> TrainJob:
             return TrainJob(self)
@@ -221,14 +212,15 @@ class TrainJob:
         config = self.config
         started = time.perf_counter()
         config.preflight()
-        _maybe_report_tiny_rates(config)
+        plan = config.plan()
+        _maybe_report_tiny_rates(config, plan)
         local = config.ray.address is None and not ray.is_initialized()  # a Ray of its own: its processes are the run's
         with run_processes() if local else contextlib.nullcontext():
             started_ray = config.ray.ensure()
             if local:
                 handle_sigterm()  # ray.init set Ray's own handler, which aborts past every finally
             try:
-                with JobSession(config) as session:
+                with JobSession(config, plan) as session:
                     summary = asyncio.run(self._main(session, started))
             finally:
                 if started_ray:
@@ -285,9 +277,8 @@ class TrainJob:
         ws = self.config.warm_start
         demos = await self._demonstrations(s, ws)
         s.progress.phase("warm-start", total=ws.steps, unit="step")
-        optim = replace(self.config.optim, lr=ws.lr, schedule=ws.schedule)
-        lora = self.config.lora if ws.lora else LoRA.Config()
-        group = s.trainer_group(s.model_path, optim=optim, loss=PolicyLoss.Config(kind="sft"), steps=ws.steps, lora=lora)
+        plan = s.plan
+        group = plan.trainer.build(plan.warm_start, model_path=s.model_path, store_config=self.config.store, layout=plan.layout)
         try:
             order: list[SeqMeta] = []
             rng = random.Random(ws.seed)
@@ -346,7 +337,8 @@ class TrainJob:
         if state.step >= config.steps and state.version <= s.engine_version:
             return
         s.progress.phase("rl", total=config.steps, unit="step", initial=state.step)
-        group = s.trainer_group(state.policy)
+        plan = s.plan
+        group = plan.trainer.build(plan.rl, model_path=state.policy, store_config=config.store, layout=plan.layout)
         try:
             if state.checkpoint:
                 await asyncio.to_thread(group.load, state.checkpoint)
@@ -475,14 +467,14 @@ class TrainJob:
         return below and f"warm start: {below}; RL from a policy that has not learnt the screen seldom learns it (docs/training.md)"
 
 
-def _maybe_report_tiny_rates(config: TrainJob.Config) -> None:
+def _maybe_report_tiny_rates(config: TrainJob.Config, plan: RunPlan) -> None:
     """Say on stderr when a tiny build trains at other rates than the config's (``tiny.rate_scale``)."""
     scale = config.tiny.resolved_rate_scale()
     if config.model_path != TINY or scale == 1:
         return
-    rates = [f"optim.lr {trained_rate(config, config.optim).lr:g}"]
-    if config.warm_start is not None and not config.start_from:
-        rates.insert(0, f"warm_start.lr {trained_rate(config, replace(config.optim, lr=config.warm_start.lr)).lr:g}")
+    rates = [f"optim.lr {plan.rl.rank.optim.lr:g}"]
+    if plan.warm_start is not None:
+        rates.insert(0, f"warm_start.lr {plan.warm_start.rank.optim.lr:g}")
     print(
         f"vlrl train: the tiny {config.tiny.family} build trains at {scale:g}x the rates (tiny.rate_scale): {', '.join(rates)}",
         file=sys.stderr, flush=True,

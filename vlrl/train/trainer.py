@@ -114,7 +114,15 @@ class Trainer:
             """``model_path``: the Hugging Face checkpoint folder (any family of ``vlrl.models``) the policy starts from
             (the job's policy, or a checkpoint's ``hf/``). ``encoder``: ``self.encoder``'s instance
             when the caller built it (a Ray rank builds the driver's ``resolved_encoder``); None
-            builds it here. ``steps``: the stage's optimizer steps, over which ``optim.schedule`` runs."""
+            builds it here. ``steps``: the stage's optimizer steps, over which ``optim.schedule`` runs.
+            Checks the layout against the model and LoRA against the layout first (a training job's
+            ranks skip this: its run plan checked them, ``vlrl.job.run_plan``)."""
+            try:
+                family_of(model_path).check_layout(layout, model_path)
+            except ConfigError as error:
+                raise error.under("layout") from None
+            if self.lora.enabled:
+                check_lora_fits(self.lora, layout, self.encoder)
             return Trainer(self, model_path=model_path, store=store, layout=layout, encoder=encoder, steps=steps)
 
     def __init__(
@@ -127,18 +135,14 @@ class Trainer:
         encoder: VisionEncoder | None = None,
         steps: int = 0,
     ) -> None:
+        """As ``Config.build`` without its checks of the layout and LoRA: for ranks whose settings
+        were checked before they started (a training job's run plan)."""
         self.config = config
         self.steps = steps
         self.model_path = model_path
         self.store = store
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-        try:
-            family_of(model_path).check_layout(layout, model_path)
-        except ConfigError as error:
-            raise error.under("layout") from None
         self.parallel = Parallel.init(layout, self.device.type)
-        if config.lora.enabled:
-            check_lora_fits(config.lora, layout, config.encoder)
         if encoder is None and config.encoder is not None:
             encoder = config.resolved_encoder(model_path).build(model_path)
         self.model = PolicyModel.load(model_path, dtype=DTYPES[config.dtype], encoder=encoder).to(self.device)

@@ -20,14 +20,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from encoders.spec import ResolvedEncoder
-from vlrl.config import ConfigError, Ge, Gt, validate
+from vlrl.config import Ge, Gt
 from vlrl.config.moved import moved_fields
-from vlrl.models import ModelFamily, family_of
-from vlrl.pack import Layout, MicroBatchPlanner
+from vlrl.pack import Layout
 from vlrl.records import SeqMeta
-from vlrl.train.lora import LoRA
-from vlrl.train.loss import PolicyLoss
-from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer import RankModel, StepInputsLost, Trainer
 
 log = logging.getLogger(__name__)
@@ -67,23 +63,18 @@ class TrainerWorker:
             return ray.util.get_node_ip_address(), s.getsockname()[1]
 
     def setup(
-        self,
-        address: str,
-        port: int,
-        layout: Layout,
-        config: Trainer.Config,
-        model_path: str,
-        store_config: Any,
+        self, address: str, port: int, layout: Layout, stage: TrainerGroup.Stage, model_path: str, store_config: Any,
         encoder: ResolvedEncoder | None,
-        steps: int = 0,
-    ) -> int:
+    ) -> int:  # fmt: skip
+        """Join the process group and build this rank's ``Trainer`` from ``stage`` as it is (the
+        run plan checked the layout and LoRA); returns the model's parameter count."""
         os.environ.update(
             RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", MASTER_ADDR=address, MASTER_PORT=str(port)
         )
         init_distributed()
         plug_in = encoder.build(model_path) if encoder is not None else None
-        self.trainer = config.build(
-            model_path=model_path, store=store_config.build(), layout=layout, encoder=plug_in, steps=steps
+        self.trainer = Trainer(
+            stage.rank, model_path=model_path, store=store_config.build(), layout=layout, encoder=plug_in, steps=stage.steps
         )
         return sum(p.numel() for p in self.trainer.model.parameters())
 
@@ -108,19 +99,6 @@ class TrainerWorker:
         dist.destroy_process_group()
 
 
-def check_layout(layout: Layout, family: ModelFamily | None = None, model_path: str | None = None) -> None:
-    """What the trainer needs of a layout beyond its sizes (and what ``family``'s LLM trains
-    under, ``model_path`` its checkpoint; None: the tiny build); ConfigError naming the field."""
-    if layout.tp > 1 and not layout.sequence_parallel:
-        raise ConfigError(
-            "sequence_parallel",
-            layout.sequence_parallel,
-            f"True, since tp = {layout.tp} > 1: the trainer runs tensor parallelism only with sequence parallelism",
-        )
-    if family is not None:
-        family.check_layout(layout, model_path)
-
-
 class TrainerGroup:
     _adapters_only = False
     """Whether pushes carry LoRA adapters (``Trainer.push_state``) rather than every weight."""
@@ -131,7 +109,8 @@ class TrainerGroup:
     class Config(RankModel, moved_fields("trainer")):
         """Trainer ranks as Ray actors, one per rank of the layout, and what each loads. The
         optimizer, loss, micro-batching and layout are the run's own sections (``optim``,
-        ``loss``, ``micro_batches``, ``layout``), given to ``build``; a recipe's
+        ``loss``, ``micro_batches``, ``layout``), joined with this one into each stage's rank
+        config by the run plan (``vlrl.job.run_plan``) and given to ``build``; a recipe's
         ``config.trainer.trainer`` or ``config.trainer.layout``, read or set, is told where the
         setting lives now."""
 
@@ -140,44 +119,33 @@ class TrainerGroup:
         gpus_per_worker: Annotated[float, Ge(0)] = 0.0
         """Ray GPUs each rank reserves (0 on CPU machines)."""
 
-        def rank_config(
-            self, *, optim: Optimizer.Config, loss: PolicyLoss.Config, micro_batches: MicroBatchPlanner.Config,
-            lora: LoRA.Config | None = None,
-        ) -> Trainer.Config:  # fmt: skip
-            """The config every rank's ``Trainer`` is built from."""
-            shared = {f.name: getattr(self, f.name) for f in fields(RankModel)}
-            return Trainer.Config(**shared, optim=optim, loss=loss, micro_batches=micro_batches, lora=lora or LoRA.Config())
+        def build(self, stage: TrainerGroup.Stage, *, model_path: str, store_config: Any, layout: Layout) -> TrainerGroup:
+            """``stage``: what every rank trains with (a run plan's, ``vlrl.job.run_plan``), whose
+            model fields are this section's; ``model_path``: the checkpoint folder every rank loads
+            (the policy's, or a checkpoint's ``hf/``); ``layout``: the ranks, already checked
+            against the model (``run_plan.resolve``)."""
+            differ = [f.name for f in fields(RankModel) if getattr(stage.rank, f.name) != getattr(self, f.name)]
+            if differ:
+                raise ValueError(f"TrainerGroup.Config.build: the stage's rank config differs from this section in {differ}")
+            return TrainerGroup(self, stage, model_path=model_path, store_config=store_config, layout=layout)
 
-        def build(
-            self,
-            *,
-            model_path: str,
-            store_config: Any,
-            layout: Layout,
-            optim: Optimizer.Config,
-            loss: PolicyLoss.Config,
-            micro_batches: MicroBatchPlanner.Config,
-            steps: int = 0,
-            lora: LoRA.Config | None = None,
-        ) -> TrainerGroup:
-            """``model_path``: the checkpoint folder every rank loads (the policy's, or a checkpoint's
-            ``hf/``); ``layout``: the ranks (``--set layout.dp=2``); ``steps``: the stage's optimizer
-            steps, over which ``optim.schedule`` runs; ``lora``: adapters in place of full fine-tuning."""
-            rank = validate(self.rank_config(optim=optim, loss=loss, micro_batches=micro_batches, lora=lora))
-            return TrainerGroup(self, rank, model_path=model_path, store_config=store_config, layout=layout, steps=steps)
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Stage:
+        """What every rank of one training stage trains with."""
+
+        rank: Trainer.Config
+        """Each rank's ``Trainer`` config: the model fields, the optimizer at the rate AdamW gets,
+        the loss, micro-batching and LoRA."""
+        steps: int
+        """The stage's optimizer steps, over which ``rank.optim.schedule`` runs."""
 
     def __init__(
-        self, config: TrainerGroup.Config, rank_config: Trainer.Config, *, model_path: str, store_config: Any,
-        layout: Layout, steps: int = 0,
-    ) -> None:  # fmt: skip
+        self, config: TrainerGroup.Config, stage: TrainerGroup.Stage, *, model_path: str, store_config: Any, layout: Layout
+    ) -> None:
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        try:
-            check_layout(layout, family_of(model_path), model_path)
-        except ConfigError as error:
-            raise error.under("layout") from None
         self.config = config
         self.layout = layout
         encoder = config.resolved_encoder(model_path)  # here: the ranks cannot see a recipe's registration
@@ -194,12 +162,9 @@ class TrainerGroup:
             for rank in range(layout.world_size)
         ]
         address, port = ray.get(self.workers[0].rendezvous.remote())
-        setups = [
-            w.setup.remote(address, port, layout, rank_config, model_path, store_config, encoder, steps)
-            for w in self.workers
-        ]
+        setups = [w.setup.remote(address, port, layout, stage, model_path, store_config, encoder) for w in self.workers]
         self.parameters = ray.get(setups)[0]
-        self._adapters_only = rank_config.lora.enabled
+        self._adapters_only = stage.rank.lora.enabled
 
     def step(self, metas: list[SeqMeta], min_version: int | None = None, policy_version: int | None = None) -> dict[str, float]:
         """One optimizer step on ``metas`` (every rank gets the same metadata); rank 0's metrics.

@@ -144,7 +144,8 @@ def test_a_job_that_raises_marks_its_tracker_runs_failed(tmp_path, monkeypatch):
         session.pool, session.store, session.engines, session.teacher = Stub(), Stub(), [], None
 
     monkeypatch.setattr(JobSession, "_start", start)
-    with pytest.raises(RuntimeError, match="a step failed"), JobSession(_config(tmp_path, *MLFLOW)) as session:
+    config = _config(tmp_path, *MLFLOW)
+    with pytest.raises(RuntimeError, match="a step failed"), JobSession(config, config.plan()) as session:
         session.log.log(1, "rl", {"train/loss": 0.5})
         raise RuntimeError("a step failed")
     client, (run,) = _mlflow(tmp_path)
@@ -160,7 +161,8 @@ def test_a_session_that_fails_to_start_closes_its_trackers(tmp_path, monkeypatch
 
     monkeypatch.setattr(JobSession, "_start", start)
     with pytest.raises(OSError, match="no engine"):
-        JobSession(_config(tmp_path, *MLFLOW)).__enter__()
+        config = _config(tmp_path, *MLFLOW)
+        JobSession(config, config.plan()).__enter__()
     assert _mlflow(tmp_path)[1][0].info.status == "FAILED"
 
 

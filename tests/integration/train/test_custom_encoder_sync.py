@@ -24,6 +24,7 @@ from vlrl.rollout.protocol import GenerateRequest, ImagePart
 from vlrl.store.ray_store import RayStore
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.optimizer import Optimizer
+from vlrl.train.trainer import Trainer
 from vlrl.train.trainer_group import TrainerGroup
 
 RECIPE = Path(__file__).resolve().parents[3] / "examples" / "train_custom_encoder.py"
@@ -47,11 +48,13 @@ def stored(ray_session, tiny_path):
 def test_engine_and_trainer_share_the_plug_in_encoder(ray_session, tiny_path, stored, spec, tmp_path):
     ray = ray_session
     work, store_config = stored
-    group = TrainerGroup.Config(encoder=spec, cpus_per_worker=0.5).build(
-        model_path=str(tiny_path), store_config=store_config, layout=Layout(),
-        optim=Optimizer.Config(lr=1e-2), loss=PolicyLoss.Config(kind="sft"),
+    rank = Trainer.Config(
+        encoder=spec, optim=Optimizer.Config(lr=1e-2), loss=PolicyLoss.Config(kind="sft"),
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=160),
     )  # fmt: skip
+    group = TrainerGroup.Config(encoder=spec, cpus_per_worker=0.5).build(
+        TrainerGroup.Stage(rank=rank, steps=0), model_path=str(tiny_path), store_config=store_config, layout=Layout()
+    )
     engine = validate(EmbeddedEngine.Config(cpus=0, torch_threads=1, encoder=spec)).build(model_path=str(tiny_path))
     try:
         meta = work.metas[0]

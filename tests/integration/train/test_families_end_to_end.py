@@ -29,14 +29,13 @@ from vlrl.rollout.protocol import GenerateRequest, ImagePart
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.trainer import Trainer
-from vlrl.train.trainer_group import TrainerGroup
 
 FAMILIES = ["qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"]
 
 
 def rank_config() -> Trainer.Config:
     """What the ranks of ``test_trainer_group.build_group``'s group are built from."""
-    return validate(TrainerGroup.Config(cpus_per_worker=0.5).rank_config(
+    return validate(Trainer.Config(
         optim=Optimizer.Config(lr=1e-3, schedule="constant"), loss=PolicyLoss.Config(kind="grpo"),
         micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=160),
     ))  # fmt: skip

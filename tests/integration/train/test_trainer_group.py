@@ -19,6 +19,7 @@ from vlrl.rollout.protocol import GenerateRequest, ImagePart
 from vlrl.store.ray_store import RayStore
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.optimizer import Optimizer
+from vlrl.train.trainer import Trainer
 from vlrl.train.trainer_group import TrainerGroup
 
 
@@ -31,12 +32,16 @@ def stored(ray_session, tiny_path):
     store.destroy()
 
 
-def build_group(model_path, store_config, *, schedule: str = "constant", steps: int = 0, **trainer) -> TrainerGroup:
-    return TrainerGroup.Config(cpus_per_worker=0.5, **trainer).build(
-        model_path=str(model_path), store_config=store_config, layout=Layout(),
-        optim=Optimizer.Config(lr=1e-3, schedule=schedule), loss=PolicyLoss.Config(kind="grpo"),
-        micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=160), steps=steps,
+def build_group(model_path, store_config, *, schedule: str = "constant", steps: int = 0, **model) -> TrainerGroup:
+    """``model``: the ``trainer`` section's model fields (dtype, ...), which every rank's config repeats."""
+    rank = Trainer.Config(
+        **model, optim=Optimizer.Config(lr=1e-3, schedule=schedule), loss=PolicyLoss.Config(kind="grpo"),
+        micro_batches=MicroBatchPlanner.Config(max_tokens_per_micro_batch=160),
     )  # fmt: skip
+    stage = TrainerGroup.Stage(rank=validate(rank), steps=steps)
+    return TrainerGroup.Config(cpus_per_worker=0.5, **model).build(
+        stage, model_path=str(model_path), store_config=store_config, layout=Layout()
+    )
 
 
 def test_engine_serves_the_trainers_weights(ray_session, tiny_path, stored):

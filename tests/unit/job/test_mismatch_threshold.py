@@ -1,22 +1,14 @@
-"""The training job hands its trainer a lag-0 mismatch threshold from its engine's dtype
-(``JobSession.trainer_group``; ``train.mismatch.lag0_threshold``), and keeps one the recipe sets."""
+"""The run plan gives its trainers a lag-0 mismatch threshold from the engine's dtype
+(``vlrl.job.run_plan``; ``train.mismatch.lag0_threshold``), and keeps one the recipe sets."""
 
 from pathlib import Path
 
 import pytest
 
 from vlrl.config.recipe import load_recipe
-from vlrl.job.session import JobSession
 from vlrl.train.mismatch import LAG0_FLOOR
 
 TRAIN_CLICK = Path(__file__).resolve().parents[3] / "examples" / "train_click.py"
-
-
-class RecordingTrainer:
-    """Stands in for ``TrainerGroup.Config``: records the loss the job builds a group with."""
-
-    def build(self, **kwargs):
-        self.loss = kwargs["loss"]
 
 
 @pytest.mark.parametrize(
@@ -29,7 +21,6 @@ class RecordingTrainer:
 )
 def test_the_lag_0_threshold_comes_from_the_engine_unless_set(overrides, lag0, tmp_path):
     config = load_recipe(str(TRAIN_CLICK), [f"run_dir={tmp_path}", *overrides])
-    config.trainer = recorder = RecordingTrainer()
-    JobSession(config).trainer_group("policy")
-    assert recorder.loss.mismatch_warn_lag0 == pytest.approx(lag0)
-    assert recorder.loss.mismatch_warn == config.loss.mismatch_warn  # lagged turns keep their bound
+    loss = config.plan().rl.rank.loss
+    assert loss.mismatch_warn_lag0 == pytest.approx(lag0)
+    assert loss.mismatch_warn == config.loss.mismatch_warn  # lagged turns keep their bound

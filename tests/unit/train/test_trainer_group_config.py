@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from vlrl.config import ConfigError, apply_overrides, field_types, is_config
+from vlrl.config import ConfigError, apply_overrides, field_types, is_config, validate
 from vlrl.job.train_job import TrainJob
 from vlrl.pack import Layout
 from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
@@ -60,14 +60,22 @@ def test_a_bad_layout_built_in_a_recipe_is_refused_where_it_is_built():
         Layout(1, 1, 0)
 
 
-def test_the_ranks_run_the_jobs_sections_and_their_own_settings():
+def test_the_ranks_run_the_jobs_sections_and_their_own_settings(tmp_path):
+    """The run plan joins the ``trainer`` section's model fields with the job's sections into each
+    rank's ``Trainer.Config``; the fields the section lacks are exactly those sections."""
     group = TrainerGroup.Config(dtype="float64", encode_chunk_tokens=64, cpus_per_worker=0.5)
-    optim, loss = Optimizer.Config(lr=3e-4, schedule="cosine"), PolicyLoss.Config(kind="sft")
-    lora = TrainJob.Config(lora=LoRA.Config(rank=4)).lora
-    rank = group.rank_config(optim=optim, loss=loss, micro_batches=TrainJob.Config().micro_batches, lora=lora)
-    assert (rank.dtype, rank.encode_chunk_tokens, rank.optim, rank.loss, rank.lora) == ("float64", 64, optim, loss, lora)
+    optim, loss = Optimizer.Config(lr=3e-4, schedule="cosine"), PolicyLoss.Config(kind="sft", mismatch_warn_lag0=0.01)
+    config = TrainJob.Config(trainer=group, optim=optim, loss=loss, lora=LoRA.Config(rank=4), run_dir=str(tmp_path))
+    rank = validate(config).plan().rl.rank
+    assert (rank.dtype, rank.encode_chunk_tokens, rank.optim, rank.loss, rank.lora) == ("float64", 64, optim, loss, config.lora)
     assert {f.name for f in dataclasses.fields(Trainer.Config)} - {f.name for f in dataclasses.fields(TrainerGroup.Config)} == {
         "optim", "loss", "micro_batches", "lora"}  # fmt: skip
+
+
+def test_a_group_refuses_a_stage_whose_model_fields_are_not_its_own():
+    stage = TrainerGroup.Stage(rank=Trainer.Config(dtype="float64"), steps=1)
+    with pytest.raises(ValueError, match=r"differs from this section in \['dtype'\]"):
+        TrainerGroup.Config().build(stage, model_path="unused", store_config=None, layout=Layout())
 
 
 @pytest.mark.parametrize("config", [Trainer.Config, EmbeddedEngine.Config, VLLMEngine.Config, TrainerGroup.Config])
