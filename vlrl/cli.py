@@ -15,6 +15,7 @@ from functools import partial
 
 from vlrl import __version__
 from vlrl.config import ConfigError, RecipeError, load_recipe, render
+from vlrl.config.flags import Flag, add_flags, flag_overrides
 
 STOPPED = 3
 """Exit code of a ``vlrl train`` that stopped on purpose before its end (a warm start left at or
@@ -25,7 +26,7 @@ _RECIPE_HELP = "recipe file, optionally with the function to call: path/to/recip
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``vlrl`` with ``argv`` (default: the process arguments); return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(with_bench=argv[:1] == ["bench"])
+    parser = build_parser(with_bench=argv[:1] == ["bench"], with_configs=argv[:1] in (["serve"], ["eval"]))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, --version and usage errors: return the code argparse chose
@@ -36,8 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(error))
 
 
-def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
-    """The argument parser; ``with_bench`` imports the bench runner to add its arguments."""
+def build_parser(*, with_bench: bool = False, with_configs: bool = True) -> argparse.ArgumentParser:
+    """The argument parser; ``with_bench`` imports the bench runner to add its arguments,
+    ``with_configs`` the configs of ``vlrl serve`` and ``vlrl eval`` to add the flags mapped onto
+    them (their help shows the configs' defaults; the configs bring torch in)."""
     parser = argparse.ArgumentParser(
         prog="vlrl", description="Large-batch RL for vision-language GUI and computer-use agents."
     )
@@ -45,8 +48,8 @@ def build_parser(*, with_bench: bool = False) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(commands)
     _add_rollout(commands)
-    _add_eval(commands)
-    _add_serve(commands)
+    _add_eval(commands, with_configs)
+    _add_serve(commands, with_configs)
     _add_plot(commands)
     _add_bench(commands, with_bench)
     _add_check(commands)
@@ -96,7 +99,28 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
     rollout.set_defaults(handler=_run_recipe)
 
 
-def _add_eval(commands: argparse._SubParsersAction) -> None:
+SERVE_FLAGS = (
+    Flag("--host", "host"),
+    Flag("--port", "port"),
+    Flag("--served-model-name", "served_model_name", metavar="NAME"),
+    Flag("--device", "engine.device"),
+    Flag("--dtype", "engine.dtype"),
+    Flag("--max-batch", "engine.max_batch"),
+    Flag("--image-cache-mb", "engine.image_cache_mb"),
+    Flag("--max-request-mb", "max_request_mb"),
+    Flag("--max-image-pixels", "max_image_pixels"),
+    Flag("--max-images", "max_images"),
+    Flag("--max-request-pixels", "max_request_pixels"),
+    Flag("--max-queued", "max_queued"),
+    Flag("--max-model-len", "max_model_len", metavar="TOKENS"),
+    Flag("--allow-remote-images", "remote_image_hosts", repeat=True, metavar="HOST"),
+)
+"""``vlrl serve``'s flags that set a field of its ``OpenAIServer.Config``."""
+API_KEY_VARIABLE = "VLRL_API_KEY"
+"""The environment variable ``--api-key`` falls back on (``vlrl serve`` and ``vlrl eval --endpoint``)."""
+
+
+def _add_eval(commands: argparse._SubParsersAction, with_configs: bool) -> None:
     evaluate = _add_command(
         commands,
         "eval",
@@ -125,7 +149,7 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
         help="PEFT adapter folder (a LoRA checkpoint's adapter/) merged into TARGET's model before evaluating it (into OUT/policy)",
     )  # fmt: skip
     evaluate.add_argument("--endpoint", metavar="URL", help="evaluate the model of this OpenAI-compatible server (vlrl serve)")
-    evaluate.add_argument("--api-key", default=os.environ.get("VLRL_API_KEY"), help="bearer key of --endpoint (default: $VLRL_API_KEY)")
+    evaluate.add_argument("--api-key", help=f"bearer key of --endpoint (default: ${API_KEY_VARIABLE})")
     evaluate.add_argument("--model-name", metavar="NAME", help="model id to request from --endpoint (default: the first it lists)")
     evaluate.add_argument(
         "--processor", metavar="PATH", help="checkpoint whose processor builds --endpoint's prompts (default: TARGET, else the listed model's folder)"
@@ -141,23 +165,21 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     evaluate.add_argument("--harness", metavar="ID", help="evaluate on this harness codebase's tasks (default settings)")
     evaluate.add_argument("--tasks", metavar="A,B", help="task families of --harness (default: all of them)")
-    evaluate.add_argument(
-        "--episodes", type=int, help="held-out episodes per source (default: the run's own evaluations', else 64)"
-    )
-    evaluate.add_argument("--seed", type=int, help="first held-out seed (default: the run's, else 1000000)")
-    evaluate.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: %(default)s, greedy)")
-    evaluate.add_argument("--screenshots", type=int, default=8, help="annotated episodes per source (default: %(default)s)")
-    evaluate.add_argument("--no-chance", action="store_true", help="skip measuring the baselines (random clicks, best constant point, oracle) on the same seeds")
-    evaluate.add_argument("--out", metavar="DIR", help="report folder (default: TARGET/eval, else runs/eval)")
+    if with_configs:
+        from vlrl.job.eval_cli import EVAL_FLAGS
+        from vlrl.job.eval_job import EvalJob
+
+        add_flags(evaluate, EvalJob.Config(), EVAL_FLAGS)
     evaluate.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-        help="override a field of the evaluation config (repeatable): sources[0].agent.max_turns=3, eval.episodes=16",
+        help="override a field of the evaluation config (repeatable, after the flags above): sources[0].agent.max_turns=3,"
+        " eval.episodes=16; --print-config lists every path",
     )  # fmt: skip
     evaluate.add_argument("--print-config", action="store_true", help="print the validated config and exit")
     evaluate.set_defaults(handler=_eval)
 
 
-def _add_serve(commands: argparse._SubParsersAction) -> None:
+def _add_serve(commands: argparse._SubParsersAction, with_configs: bool) -> None:
     serve = _add_command(
         commands,
         "serve",
@@ -167,12 +189,14 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         "Images are data: URLs; a part's \"uuid\" lets later requests send \"image_url\": null instead\n"
         "of the bytes (vLLM's semantics; a uuid the server no longer holds is a 400 naming it).\n"
         "Token-in/token-out for RL: send \"prompt_token_ids\" and \"return_token_ids\": true, \"logprobs\": true.\n"
-        "Runs until SIGINT or SIGTERM.",
+        "Runs until SIGINT or SIGTERM. Every flag below sets a field of OpenAIServer.Config; --set sets any\n"
+        "of them (--print-config lists every path).",
         "examples:\n"
         "  vlrl serve --model ckpt/policy\n"
         "  vlrl serve --model runs/train_click/checkpoints/step-000050/adapter    # a LoRA adapter folder on its recorded base\n"
         "  vlrl serve --model ckpt/base --adapter ckpt/adapter                       # a base plus an adapter folder\n"
-        "  VLRL_API_KEY=secret vlrl serve --model ckpt/policy --host 0.0.0.0 --port 9000 --device cuda",
+        "  VLRL_API_KEY=secret vlrl serve --model ckpt/policy --host 0.0.0.0 --port 9000 --device cuda\n"
+        "  vlrl serve --model ckpt/policy --set engine.max_batch=16 --set default_max_tokens=512",
     )
     serve.add_argument(
         "--model", required=True, metavar="PATH",
@@ -182,48 +206,19 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--adapter", metavar="DIR", help="PEFT adapter folder merged into --model (the base) before serving"
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    serve.add_argument("--port", type=int, default=8000, help="port to listen on, 0 for any free one (default: %(default)s)")
     serve.add_argument(
         "--api-key",
-        default=os.environ.get("VLRL_API_KEY"),
-        help="require this key as the bearer token of every /v1/ request (default: $VLRL_API_KEY, else none)",
+        help=f"require this key as the bearer token of every /v1/ request (--set api_key; default: ${API_KEY_VARIABLE}, else none)",
     )
-    serve.add_argument("--served-model-name", metavar="NAME", help="model id clients send (default: the --model path)")
-    serve.add_argument("--device", default="cpu", help="torch device of the model (default: %(default)s)")
-    serve.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="weights dtype")
-    serve.add_argument("--max-batch", type=int, default=8, help="requests decoded together (default: %(default)s)")
-    serve.add_argument("--image-cache-mb", type=float, default=512.0, help="processed images kept by the engine (default: %(default)s)")
-    serve.add_argument("--max-request-mb", type=float, default=64.0, help="largest request body in MiB (default: %(default)s)")
+    if with_configs:
+        from vlrl.rollout.server import OpenAIServer
+
+        add_flags(serve, OpenAIServer.Config(model_path=""), SERVE_FLAGS)
     serve.add_argument(
-        "--max-image-pixels", type=int, default=4096 * 4096, help="largest image decoded, width x height (default: %(default)s)"
-    )
-    serve.add_argument(
-        "--max-images", type=int, default=256, help="image parts per request, sent or by uuid (default: %(default)s)"
-    )
-    serve.add_argument(
-        "--max-request-pixels",
-        type=int,
-        default=2 * 4096 * 4096,
-        help="pixels of one request's distinct images in all, read from their headers (default: %(default)s)",
-    )
-    serve.add_argument(
-        "--max-queued", type=int, default=64, help="requests held beyond one engine batch; more get 429 (default: %(default)s)"
-    )
-    serve.add_argument(
-        "--max-model-len",
-        type=int,
-        metavar="TOKENS",
-        help="longest prompt plus max_tokens (default: the model's max_position_embeddings)",
-    )
-    serve.add_argument(
-        "--allow-remote-images",
-        dest="remote_image_hosts",
-        action="append",
-        default=[],
-        metavar="HOST",
-        help="fetch http(s) image URLs from HOST (repeatable); by default every remote URL is refused",
-    )
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a field of the server config (repeatable, after the flags above): engine.max_batch=16, max_uuids=1024",
+    )  # fmt: skip
+    serve.add_argument("--print-config", action="store_true", help="print the validated config and exit")
     serve.set_defaults(handler=_serve)
 
 
@@ -376,6 +371,7 @@ def _recipe_settings(recipe: str, harness_id: str) -> dict | None:
 def _eval(args: argparse.Namespace) -> int:
     from vlrl.job.eval_cli import eval_config
 
+    args.api_key = args.api_key or os.environ.get(API_KEY_VARIABLE)
     try:
         config = eval_config(args)
     except FileNotFoundError as error:
@@ -421,7 +417,10 @@ def _serve(args: argparse.Namespace) -> int:
     merged = Path(tempfile.mkdtemp(prefix="vlrl-serve-"))
     try:
         model, _ = resolve_target(Path(args.model))
-        validate(_server_config(args, str(processor_folder(model))))  # a bad option is named before any merge
+        config = _server_config(args, str(processor_folder(model)))  # a bad option is named before any merge
+        if args.print_config:
+            print(render(config), end="")
+            return 0
         policy = adapted_policy(model, Path(args.adapter) if args.adapter else None, merged)
         return _serve_folder(args, str(policy))
     except FileNotFoundError as error:
@@ -431,38 +430,20 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _serve_folder(args: argparse.Namespace, policy: str) -> int:
-    from vlrl.config import validate
-
-    validate(_server_config(args, policy)).build().run()
+    _server_config(args, policy).build().run()
     return 0
 
 
 def _server_config(args: argparse.Namespace, policy: str):
-    """``vlrl serve``'s ``OpenAIServer.Config`` of the checkpoint folder ``policy``."""
-    from vlrl.rollout.engine import EmbeddedEngine
+    """``vlrl serve``'s validated ``OpenAIServer.Config`` of the checkpoint folder ``policy``: the
+    config's defaults, then the flags, then ``--set``."""
+    from vlrl.config import apply_overrides
     from vlrl.rollout.server import OpenAIServer
 
-    engine = EmbeddedEngine.Config(
-        device=args.device,
-        dtype=args.dtype,
-        max_batch=args.max_batch,
-        image_cache_mb=args.image_cache_mb,
-    )
-    return OpenAIServer.Config(
-        model_path=policy,
-        engine=engine,
-        host=args.host,
-        port=args.port,
-        api_key=args.api_key,
-        served_model_name=args.served_model_name or (args.model if policy != args.model else None),
-        max_request_mb=args.max_request_mb,
-        max_image_pixels=args.max_image_pixels,
-        max_images=args.max_images,
-        max_request_pixels=args.max_request_pixels,
-        max_queued=args.max_queued,
-        max_model_len=args.max_model_len,
-        remote_image_hosts=tuple(args.remote_image_hosts),
-    )
+    config = OpenAIServer.Config(model_path=policy, api_key=args.api_key or os.environ.get(API_KEY_VARIABLE))
+    if policy != args.model:  # clients name the folder they asked for, not the merged copy
+        config.served_model_name = args.model
+    return apply_overrides(config, [*flag_overrides(args, SERVE_FLAGS), *args.overrides])
 
 
 def _fail(message: str) -> int:

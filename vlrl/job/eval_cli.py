@@ -7,7 +7,8 @@ client settings and registers its harness ids; beside a run folder its sources r
 recorded ones only with ``--recipe-sources``, and a note says where they differ. A run folder's
 ``evaluation.json`` gives the episodes and the first seed (those of the run's own evaluations),
 else ``Evaluation``'s defaults. The pool gets one env pool per codebase unless the recipe sized it.
-``--set`` overrides apply last, as in ``vlrl train``.
+The flags that set a config field (``EVAL_FLAGS``: ``--episodes``, ``--out``, ...) apply next, and
+``--set`` overrides last, as in ``vlrl train``.
 """
 
 from __future__ import annotations
@@ -20,11 +21,23 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.config import ConfigError, DataSource, EnvSettings, apply_overrides, load_recipe
+from vlrl.config.flags import Flag, flag_overrides
 from vlrl.job.eval_job import EvalJob, listed_model, processor_folder, resolve_target
 from vlrl.job.run_folder import read_evaluation, read_sources
 from vlrl.pool import HostBudget
 from vlrl.pool.budget import LOOP_POOL
 from vlrl.rollout.http_endpoint import OpenAIEndpoint
+
+EVAL_FLAGS = (
+    Flag("--episodes", "eval.episodes"),
+    Flag("--seed", "eval.seed"),
+    Flag("--temperature", "eval.temperature"),
+    Flag("--screenshots", "eval.screenshots"),
+    Flag("--no-chance", "eval.chance", sets="false", doc="skip the baselines (random clicks, the best constant point, the oracle) on the same seeds"),
+    Flag("--out", "out_dir", metavar="DIR"),
+)
+"""``vlrl eval``'s flags that set a field of ``EvalJob.Config``: after a run folder's own
+evaluation settings, before ``--set``."""
 
 UNREGISTERED_HINT = (
     "a harness registered by a recipe (vlrl.harness.register) is known here only with --recipe RECIPE,"
@@ -85,21 +98,12 @@ def eval_config(args: argparse.Namespace) -> EvalJob.Config:
         else:
             config.model_path, config.adapter = str(checkpoint), adapter or ""
     ran = read_evaluation(run_dir) if run_dir is not None else None
-    evaluation = config.eval
     if ran is not None:
-        evaluation = replace(evaluation, episodes=ran["episodes"], seed=ran["seed"])
-    evaluation = replace(
-        evaluation,
-        episodes=evaluation.episodes if args.episodes is None else args.episodes,
-        seed=evaluation.seed if args.seed is None else args.seed,
-        temperature=args.temperature,
-        screenshots=args.screenshots,
-        chance=not args.no_chance,
-    )
-    config.eval = evaluation
-    config.out_dir = args.out or (str(Path(args.target) / "eval") if args.target else "runs/eval")
+        config.eval = replace(config.eval, episodes=ran["episodes"], seed=ran["seed"])
+    if args.target:
+        config.out_dir = str(Path(args.target) / "eval")
     try:
-        return apply_overrides(config, args.overrides)
+        return apply_overrides(config, [*flag_overrides(args, EVAL_FLAGS), *args.overrides])
     except ConfigError as error:
         if error.path.endswith(".codebase") and "registered harness codebase" in error.expected:
             raise ConfigError(error.path, error.value, error.expected, got=error.got, hint=UNREGISTERED_HINT) from None

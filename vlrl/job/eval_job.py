@@ -37,6 +37,10 @@ REPORT_JSON = "eval.json"
 REPORT_MD = "report.md"
 
 
+EVAL_SCREENSHOTS = 8
+"""Annotated episodes per source a ``vlrl eval`` report shows."""
+
+
 class EvalJob:
     @dataclass(kw_only=True, slots=True)
     class Config(RolloutSide):
@@ -47,9 +51,10 @@ class EvalJob:
         serving ``model_path`` on embedded engines; ``model_path`` then names the checkpoint
         whose processor (tokenizer, chat template, image rule) builds the prompts."""
 
-        eval: Evaluation = field(default_factory=Evaluation)
-        """Episodes per source, seeds, temperature, annotated episodes and baselines (``every`` is
-        training's and unused here)."""
+        eval: Evaluation = field(default_factory=lambda: Evaluation(screenshots=EVAL_SCREENSHOTS))
+        """Episodes per source, seeds, temperature, annotated episodes (``EVAL_SCREENSHOTS`` per
+        source, where training's evaluations keep fewer) and baselines (``every`` is training's
+        and unused here)."""
 
         out_dir: Annotated[str, NonEmpty()] = "runs/eval"
         """Folder of the report: eval.json, report.md and episodes/."""

@@ -121,7 +121,7 @@ def test_serve_and_eval_take_a_lora_adapter_folder_on_its_base(tiny_path, tmp_pa
 
     def serve_folder(args, policy):
         check(Path(policy))
-        served.append((Path(policy), args.served_model_name or args.model))
+        served.append((Path(policy), vlrl.cli._server_config(args, policy).served_model_name))
         return 0
 
     monkeypatch.setattr(vlrl.cli, "_serve_folder", serve_folder)
