@@ -45,9 +45,21 @@ def _render_value(value: Any, path: str, type_text: str, pad: str, lines: list[s
         lines.append(f"{pad}{path}: {len(value)} items  # {type_text}")
         for i, item in enumerate(value):
             _render_value(item, f"{path}[{i}]", type(item).__qualname__, pad + "  ", lines)
+    elif value is not None and is_secret(path):
+        lines.append(f"{pad}{path} = <set, not shown>  # {type_text}")
     else:
         shown = str(value) if isinstance(value, PurePath) else value
         lines.append(f"{pad}{path} = {shown!r}  # {type_text}")
+
+
+SECRET_WORDS = ("api_key", "auth_token", "secret", "password")
+"""A field whose name holds one of these is printed as set or None, never its value: printed
+configs end up in logs, terminals and bug reports."""
+
+
+def is_secret(path: str) -> bool:
+    name = path.rsplit(".", 1)[-1].lower()
+    return any(word in name for word in SECRET_WORDS)
 
 
 def _comment(text: str, pad: str) -> list[str]:

@@ -41,3 +41,12 @@ def test_every_rendered_assignment_is_a_key_that_set_accepts():
             apply_overrides(cfg, [f"{path}=?"])
         except ConfigError as error:
             assert not error.got.startswith("unknown key"), error
+
+
+def test_a_key_is_printed_as_set_never_its_value():
+    from vlrl.rollout.server.app import OpenAIServer
+
+    shown = render(OpenAIServer.Config(model_path="m", api_key="sk-very-secret"))
+    assert "sk-very-secret" not in shown and "api_key = <set, not shown>" in shown
+    assert "api_key = None" in render(OpenAIServer.Config(model_path="m"))
+    assert "default_max_tokens = 256" in shown  # other fields as they are
