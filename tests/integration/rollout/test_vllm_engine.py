@@ -157,6 +157,21 @@ def test_sampling_kwargs_ask_for_every_tokens_processed_logprob_and_all_stops():
     }
     greedy = sampling_kwargs(SamplingParams(temperature=0.0), frozenset({3, 4}), banned=[7, 8])
     assert greedy["logit_bias"] == {7: BANNED_LOGIT_BIAS, 8: BANNED_LOGIT_BIAS} and greedy["stop_token_ids"] == [3, 4]
+    assert greedy["logprobs"] == -1  # the placeholders' biased mass is given back from the row
+    # Rows of every id only where they are needed: RL's default sampling gets the sampled token's alone.
+    for plain in (SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p=1.0)):
+        assert sampling_kwargs(plain, frozenset({3}), banned=[7, 8])["logprobs"] == 0
+    assert sampling_kwargs(SamplingParams(temperature=0.0), frozenset({3}), banned=[])["logprobs"] == 0
+
+
+def test_a_sampled_token_alone_gives_its_logprob_and_no_nucleus():
+    """``logprobs=0`` (temperature != 0, no top-p): each position's row is the sampled token alone."""
+    prompt = np.arange(10, 22, dtype=np.int64)
+    alone = SimpleNamespace(token_ids=[5, 6], logprobs=[-1.25, -0.5], start_indices=[0, 1], end_indices=[1, 2])
+    sampled = request(prompt, sampling=SamplingParams(temperature=0.7, max_tokens=4))
+    result = generate_result(sampled, prompt, vllm_output(prompt, [5, 6], alone), version=1, banned=[7, 8])
+    np.testing.assert_allclose(result.logprobs, [-1.25, -0.5])
+    assert set(result.extras) == {"temperature"} and result.extras["temperature"].tolist() == pytest.approx([0.7, 0.7])
     assert score_kwargs()["prompt_logprobs"] == 0 and score_kwargs()["max_tokens"] == 1
 
 

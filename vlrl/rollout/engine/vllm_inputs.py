@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from vlrl.mm import PatchRule, content_hash
-from vlrl.rollout.engine.sampling import SEED_LIMIT, sampled_extras
+from vlrl.records.fields import SAMPLING_NUCLEUS
+from vlrl.rollout.engine.sampling import SEED_LIMIT, sampled_extras, sampled_fields
 from vlrl.rollout.protocol import CacheMiss, GenerateRequest, GenerateResult, SamplingParams, ScoreResult
 
 if TYPE_CHECKING:
@@ -191,13 +192,20 @@ def check_expansion(request: GenerateRequest, prompt: np.ndarray, expanded: Sequ
 
 
 def sampling_kwargs(sampling: SamplingParams, stop_token_ids: frozenset[int], banned: Sequence[int]) -> dict[str, Any]:
-    """``vllm.SamplingParams`` arguments for one ``generate``: every token's logprob under the
-    distribution each draw came from (``logprobs=-1`` in vLLM's ``processed_logprobs`` mode, flat:
-    ``sampled_draws`` reads them), the engine's stop ids plus the request's, no detokenisation
-    (ids are the output). The vision placeholders (``banned``) are never kept in a reply: a greedy
-    request biases them out of the argmax; a sampled one stops at a drawn placeholder, which
-    ``redraw`` then draws again, so its nucleus and logprobs are of the model's own logits."""
+    """``vllm.SamplingParams`` arguments for one ``generate``: each token's logprob under the
+    distribution its draw came from (vLLM's ``processed_logprobs`` mode, flat: ``sampled_draws``
+    reads them), the engine's stop ids plus the request's, no detokenisation (ids are the output).
+    Every vocabulary id's logprob comes back only where the request needs it (``logprobs=-1``;
+    a row costs 4-8 bytes per vocabulary id per token, 0.6-1.2 MB with a 151k vocabulary): under
+    top-p, whose nucleus count the trainer needs (the row's finite entries), and for a greedy
+    request with placeholders, whose biased mass ``sampled_draws`` gives back; a sampled request
+    without top-p (RL's default) gets the sampled token's alone. vLLM's ``logprob_token_ids``
+    would give the placeholders' alone, but in a batch that mixes it with a full row vLLM returns
+    the named ids for every request. The vision placeholders (``banned``) are never kept in a reply: a greedy request
+    biases them out of the argmax; a sampled one stops at a drawn placeholder, which ``redraw``
+    then draws again, so its nucleus and logprobs are of the model's own logits."""
     greedy = sampling.temperature == 0
+    rows = whole_rows(sampling, banned)
     stops = stop_token_ids | set(sampling.stop_token_ids) | (set() if greedy else {int(i) for i in banned})
     return {
         "temperature": sampling.temperature,
@@ -205,11 +213,16 @@ def sampling_kwargs(sampling: SamplingParams, stop_token_ids: frozenset[int], ba
         "max_tokens": sampling.max_tokens,
         "stop_token_ids": sorted(stops),
         "seed": sampling.seed,
-        "logprobs": -1,
+        "logprobs": -1 if rows else 0,
         "flat_logprobs": True,
         "logit_bias": {int(i): BANNED_LOGIT_BIAS for i in banned} if greedy else {},
         "detokenize": False,
     }
+
+
+def whole_rows(sampling: SamplingParams, banned: Sequence[int]) -> bool:
+    """Whether a request needs every vocabulary id's logprob at each token (``sampling_kwargs``)."""
+    return SAMPLING_NUCLEUS in sampled_fields(sampling) or (sampling.temperature == 0 and len(banned) > 0)
 
 
 def score_kwargs() -> dict[str, Any]:
@@ -253,7 +266,7 @@ def sampled_draws(
 
     ``rows`` is vLLM's ``FlatLogprobs``: position ``i`` spans ``start_indices[i]`` to
     ``end_indices[i]`` of ``token_ids`` and ``logprobs``; its first entry is the sampled token,
-    the rest every vocabulary id. In ``processed_logprobs`` mode a row is the distribution the
+    the rest every vocabulary id where ``whole_rows`` asked for them. In ``processed_logprobs`` mode a row is the distribution the
     draw came from, ``log_softmax(z / T)`` over vLLM's top-p nucleus (-inf outside it; T = 1 for
     greedy requests), so the nucleus count is the row's finite entries: the kept tokens are the
     most likely ones, which is how the trainer reads a count (``nucleus_logprob``). A greedy
@@ -262,6 +275,7 @@ def sampled_draws(
     with the placeholders in, as the embedded engine reports.
     """
     biased = banned if request.sampling.temperature == 0 else []
+    whole = SAMPLING_NUCLEUS in sampled_fields(request.sampling)  # a row of every id that is the nucleus
     token_ids = np.asarray(rows.token_ids, dtype=np.int64)
     values = np.asarray(rows.logprobs, dtype=np.float64)
     logprobs, nucleus = np.empty(len(ids), dtype=np.float32), []
@@ -277,7 +291,7 @@ def sampled_draws(
         placeholders = row[kept & np.isin(row_ids, biased)]
         regained = np.exp(placeholders - BANNED_LOGIT_BIAS).sum() - np.exp(placeholders).sum()
         logprobs[i] = values[start] - np.log1p(regained)
-        nucleus.append(int(kept.sum()))
+        nucleus.append(int(kept.sum()) if whole else 0)
     return logprobs, nucleus
 
 
