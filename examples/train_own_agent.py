@@ -92,6 +92,11 @@ def small() -> TrainJob.Config:
     """2 RL steps of 2 groups of 4 runs, keeping the all-fail groups an untrained policy makes."""
     config = recipe()
     config.run_dir = "runs/train_own_agent_small"
+    return _smoke_rl(config)
+
+
+def _smoke_rl(config: TrainJob.Config) -> TrainJob.Config:
+    """RL at smoke size: 2 steps of 2 groups of 4 runs, all-fail groups kept, a 2-episode evaluation."""
     config.sources[0].group_size = 4
     config.driver.groups_per_batch = 2
     config.advantage.sampler.include_min = True
@@ -178,11 +183,4 @@ def counter_small() -> TrainJob.Config:
     config.warm_start.steps = 4
     config.warm_start.sequences_per_step = 4
     config.warm_start.continue_below_baseline = True
-    config.sources[0].group_size = 4
-    config.driver.groups_per_batch = 2
-    config.advantage.sampler.include_min = True
-    config.advantage.drop_zero_advantage = False
-    config.steps = 2
-    config.eval = Evaluation(episodes=2, every=0, chance=False, screenshots=0)
-    config.checkpoint_every = 0
-    return config
+    return _smoke_rl(config)
