@@ -19,8 +19,8 @@ from typing import Any
 
 from vlrl.config import AgentBehaviour, DataSource
 from vlrl.mm import PatchRule
-from vlrl.pool.episode import play_episode
-from vlrl.pool.tenant import TenantContext
+from vlrl.pool.episode import Episode, Resume, play_episode
+from vlrl.pool.tenant import EnvSession, TenantContext
 from vlrl.records import SeqMeta, TreeRollout
 from vlrl.rollout.branching import play_tree
 from vlrl.rollout.chat import ChatFormat
@@ -72,19 +72,26 @@ class AgentLoop:
         runtime: LoopRuntime = ctx.shared["runtime"]
         env = await ctx.open_env()
         player = PolicyPlayer(runtime, self.source, self.trajectory_id(ctx, self.sample_index), env, ctx)
+        episode = await self.play(player, env)
+        return await player.finish(episode, group_id=self.group_id, sample_index=self.sample_index)
+
+    async def play(self, player: PolicyPlayer, env: EnvSession, resume: Resume | None = None) -> Episode:
+        """Play ``player``'s episode on ``env`` (from ``resume``'s turn, for a branch), then end its
+        trajectory on the engine whatever happened."""
+        agent = self.source.agent
         try:
-            episode = await play_episode(
+            return await play_episode(
                 env,
                 player,
                 seed=self.seed,
                 options=self.options,
-                max_turns=self.source.agent.max_turns,
-                invalid_penalty=self.source.agent.format_penalty,
-                repeat_goal=self.source.agent.goal_every_turn,
+                max_turns=agent.max_turns,
+                invalid_penalty=agent.format_penalty,
+                repeat_goal=agent.goal_every_turn,
+                resume=resume,
             )
         finally:
-            await runtime.client.end_trajectory(player.trajectory_id)
-        return await player.finish(episode, group_id=self.group_id, sample_index=self.sample_index)
+            await player.runtime.client.end_trajectory(player.trajectory_id)
 
     @property
     def options(self) -> dict[str, Any] | None:

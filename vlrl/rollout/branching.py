@@ -27,7 +27,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from vlrl.config import Branching
-from vlrl.pool.episode import Episode, Resume, play_episode
+from vlrl.pool.episode import Episode, Resume
 from vlrl.pool.remote_errors import EnvCallError
 from vlrl.pool.tenant import EnvSession, TenantContext
 from vlrl.records import SeqMeta, TreeRollout
@@ -45,7 +45,7 @@ async def play_tree(loop: AgentLoop, ctx: TenantContext) -> TreeRollout:
     root_index = loop.sample_index * (1 + branching.points * branching.branches)
     env = await ctx.open_env()
     root = PolicyPlayer(runtime, source, loop.trajectory_id(ctx, root_index), env, ctx)
-    episode = await _play(loop, root, env)
+    episode = await loop.play(root, env)
     metas = list(await root.finish(episode, group_id=loop.group_id, sample_index=root_index))
     tree = _Tree(loop, ctx, root, episode, root_index)
     turns = len(root.moves)
@@ -129,25 +129,8 @@ class _Tree:
         loop = self.loop
         player = self.root.branch(loop.trajectory_id(self.ctx, index), turn, env)
         resume = Resume(obs, info, self.root.turns[turn].text, turn, sum(self.episode.turn_rewards[:turn]))
-        episode = await _play(loop, player, env, resume)
+        episode = await loop.play(player, env, resume)
         return await player.finish(episode, group_id=loop.group_id, sample_index=index, branch_of=(self.root_index, turn))
-
-
-async def _play(loop: AgentLoop, player: PolicyPlayer, env: EnvSession, resume: Resume | None = None) -> Episode:
-    agent = loop.source.agent
-    try:
-        return await play_episode(
-            env,
-            player,
-            seed=loop.seed,
-            options=loop.options,
-            max_turns=agent.max_turns,
-            invalid_penalty=agent.format_penalty,
-            repeat_goal=agent.goal_every_turn,
-            resume=resume,
-        )
-    finally:
-        await player.runtime.client.end_trajectory(player.trajectory_id)
 
 
 def _reason(error: EnvCallError) -> str:
