@@ -210,7 +210,9 @@ class HarnessPool:
         env_lease: HostLease | None = await env_pool.acquire() if env_pool is not None else None
         try:
             assignment = (
-                EnvAssignment(env_lease.host, codebase, settings) if env_lease is not None else None
+                EnvAssignment(env_lease.host, codebase, settings, self.config.env_host.tenant_timeout_s)
+                if env_lease is not None
+                else None
             )
             outcome = await loop_lease.host.run.remote(run_id, tenant, assignment)
         except RayActorError as error:

@@ -16,13 +16,15 @@ class HostConfig:
     """Tenants (Agent Loops or leased harness instances) one host runs at once; the pool queues the rest."""
 
     threads: Annotated[int, Ge(1)] = 8
-    """Background threads for blocking work (env operations, image encoding, tokenization)."""
+    """Loop hosts: threads for blocking work (image encoding, tokenization); env hosts: harness
+    calls running at once (each on the Ray thread that took it)."""
 
     tenant_timeout_s: Annotated[float, Gt(0)] = 600.0
     """A tenant (loop hosts) or one harness call (env hosts) running longer is stopped and reported."""
 
     blocking_on_threads: bool = True
-    """Run blocking calls on threads; False runs them on the event loop (only to measure what threads buy)."""
+    """Env hosts: run harness calls side by side on threads; False runs them one at a time, as
+    on an event loop (only to measure what threads buy)."""
 
     cpus: Annotated[float, Ge(0)] = 0.0
     """Ray logical CPUs each host reserves (0 lets hosts share a node's CPUs)."""

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import numpy as np
 from ray.exceptions import RayActorError, RayTaskError
 
-from vlrl.harness import Action, ActionError, Observation, StepResult
+from vlrl.harness import Action, ActionError, HarnessError, Observation, StepResult
 from vlrl.harness.fork import EpisodeRecord
 from vlrl.pool.remote_errors import EnvCallError, cause_of, describe
 from vlrl.pool.screens import ShippedObservation, new_receiver
@@ -62,29 +62,37 @@ class EnvAssignment:
     codebase: str
     """The harness codebase of the host's pool (errors name it)."""
     settings: dict[str, Any] = field(default_factory=dict)
+    call_timeout_s: float | None = None
+    """How long one harness call may run (the env hosts' ``tenant_timeout_s``); the caller times
+    it, since the host runs the call on a thread that cannot be stopped. None: no bound."""
 
 
 class EnvSession:
-    """A tenant's harness instance on an env host: every call is one Ray call to that host. An
-    action the harness refuses comes back as its ``ActionError`` (an invalid action, for the
-    agent); any other error of the call as an ``EnvCallError`` naming codebase, call and cause.
-    Screens shipped as tiles are assembled here: a small one on the event loop, a large one on the
-    host's threads (``pool.screens``)."""
+    """A tenant's harness instance on an env host: every call is one Ray call to that host, the
+    instance opened by the first ``reset`` or ``replay`` in the same call. An action the harness
+    refuses comes back as its ``ActionError`` (an invalid action, for the agent); any other error
+    of the call, or a call past the assignment's ``call_timeout_s``, as an ``EnvCallError`` naming
+    codebase, call and cause. Screens shipped as tiles are assembled here: a small one on the
+    event loop, a large one on the host's threads (``pool.screens``)."""
 
-    def __init__(self, assignment: EnvAssignment, instance_id: str, run_blocking: Callable[..., Any]) -> None:
-        self._host = assignment.host
-        self._codebase = assignment.codebase
+    def __init__(
+        self, assignment: EnvAssignment, instance_id: str, run_blocking: Callable[..., Any], *, opened: bool = True
+    ) -> None:
+        self._assignment = assignment
         self._run_blocking = run_blocking
         self._screens = new_receiver()
         self._named: tuple[np.ndarray, str] | None = None  # the last screen assembled, and its content hash
+        self._unopened = not opened
         self.instance_id = instance_id
 
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict]:
-        obs, info = await _call(self._host, self._codebase, "reset", self.instance_id, seed, options)
+        obs, info = await self._call("reset", seed, options, *self._open_settings())
+        self._unopened = False
         return await self._observation(obs), info
 
     async def step(self, action: Action) -> StepResult:
-        obs, *rest = await _call(self._host, self._codebase, "step", self.instance_id, action)
+        await self.open()
+        obs, *rest = await self._call("step", action)
         return (await self._observation(obs), *rest)
 
     def content_hash(self, screenshot: np.ndarray) -> str | None:
@@ -100,7 +108,7 @@ class EnvSession:
             return obs
         assembled = await self._assemble(obs)
         if assembled is None:  # the receiver dropped tiles this screen needs: get it whole
-            obs = await _call(self._host, self._codebase, "resend", self.instance_id)
+            obs = await self._call("resend")
             assembled = await self._assemble(obs)
         self._named = (assembled.screenshot, obs.screen.key)
         return assembled
@@ -113,24 +121,50 @@ class EnvSession:
     async def replay(self, record: EpisodeRecord, turn: int) -> tuple[Observation, dict]:
         """Bring the instance to turn ``turn`` of ``record`` (``EnvHost.replay``): a divergence
         comes back as an ``EnvCallError`` naming the turn."""
-        obs, info = await _call(self._host, self._codebase, "replay", self.instance_id, record, turn)
+        obs, info = await self._call("replay", record, turn, *self._open_settings())
+        self._unopened = False
         return await self._observation(obs), info
 
     async def oracle(self) -> Action | None:
-        return await _call(self._host, self._codebase, "oracle", self.instance_id)
+        await self.open()
+        return await self._call("oracle")
+
+    async def open(self) -> None:
+        """Open the instance now, if no call has yet (``reset`` and ``replay`` open it themselves)."""
+        if self._unopened:
+            await self._call("open", self._assignment.settings)
+            self._unopened = False
 
     async def release(self) -> None:
-        await _call(self._host, self._codebase, "release", self.instance_id)
+        if not self._unopened:
+            await self._call("release")
+
+    def _open_settings(self) -> tuple[dict[str, Any], ...]:
+        return (self._assignment.settings,) if self._unopened else ()
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        assignment = self._assignment
+        opening = self._unopened and method in ("reset", "replay")
+        call = _call(assignment.host, assignment.codebase, method, self.instance_id, *args, label="open()+" * opening)
+        if assignment.call_timeout_s is None or method == "release":
+            return await call
+        try:
+            return await asyncio.wait_for(call, assignment.call_timeout_s)
+        except asyncio.TimeoutError:  # the host finds the call still running at release: the instance is broken
+            limit = HarnessError(f"the harness call ran longer than {assignment.call_timeout_s:g} s")
+            raise EnvCallError(assignment.codebase, f"{'open()+' * opening}{method}()", limit) from None
 
 
-async def _call(host: Any, codebase: str, method: str, *args: Any) -> Any:
+async def _call(host: Any, codebase: str, method: str, *args: Any, label: str = "") -> Any:
+    """``host.method(*args)``; an error names the call, after ``label`` (what else it did: a first
+    ``reset`` that opened the instance is ``open()+reset()``)."""
     try:
         return await getattr(host, method).remote(*args)
     except RayTaskError as error:
         cause = cause_of(error)
         if isinstance(cause, ActionError):
             raise cause from None
-        raise EnvCallError(codebase, f"{method}()", error) from None
+        raise EnvCallError(codebase, f"{label}{method}()", error) from None
 
 
 class TenantContext:
@@ -157,12 +191,11 @@ class TenantContext:
         return await self._run_blocking(fn, *args)
 
     async def open_env(self) -> EnvSession:
-        """Open (or reuse) a harness instance on the env host the driver assigned."""
+        """A harness instance on the env host the driver assigned: opened (or a warm one reused)
+        by the session's first call, so an episode's open costs no call of its own."""
         if self._env is None:
             raise RuntimeError(f"tenant {self.tenant_id}: no env host was assigned to it")
-        instance_id = f"{self.tenant_id}/{len(self._sessions)}"
-        await _call(self._env.host, self._env.codebase, "open", instance_id, self._env.settings)
-        session = EnvSession(self._env, instance_id, self._run_blocking)
+        session = EnvSession(self._env, f"{self.tenant_id}/{len(self._sessions)}", self._run_blocking, opened=False)
         self._sessions.append(session)
         return session
 
@@ -170,6 +203,7 @@ class TenantContext:
         """A new harness instance forked from ``session``'s (the same state, on the same env host),
         or None when its harness does not fork (open one and replay instead)."""
         instance_id = f"{self.tenant_id}/{len(self._sessions)}"
+        await session.open()
         if not await _call(self._env.host, self._env.codebase, "fork", session.instance_id, instance_id):
             return None
         twin = EnvSession(self._env, instance_id, self._run_blocking)

@@ -33,7 +33,7 @@ def test_a_harness_constructor_error_names_the_harness_the_call_and_the_whole_ca
         pool.shutdown()
     assert outcome.status == "failed"
     first = outcome.error.splitlines()[0]
-    assert "harness 'light': EnvHost.open() raised TypeError" in first
+    assert "harness 'light': EnvHost.open()+reset() raised TypeError" in first  # opened by the first reset
     assert first.endswith("TypeError: LightHarness.__init__() got an unexpected keyword argument 'tasks'")
     assert "\x1b[" not in outcome.error and "RayTaskError" not in first
 

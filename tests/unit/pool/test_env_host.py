@@ -3,7 +3,6 @@ the next lease gets a fresh one; an action the harness refuses leaves the instan
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 
 import pytest
@@ -57,31 +56,27 @@ def test_an_instance_whose_call_crashed_is_closed_and_replaced(fresh_counts, cal
     host = EnvHost(0, FailsOnce, HostConfig(max_tenants=4, threads=2))
     settings = {"fails": call}
 
-    async def reset(i):
-        await host.reset(i, 0, None)
+    def reset(i):
+        host.reset(i, 0, None)
 
-    async def step(i):
-        await host.step(i, Action.click(1, 1))
+    def step(i):
+        host.step(i, Action.click(1, 1))
 
-    async def oracle(i):
-        await host.oracle(i)
+    def oracle(i):
+        host.oracle(i)
 
     calls = {"reset": [reset], "step": [reset, step], "oracle": [reset, oracle]}[call]
 
-    async def scenario():
-        await host.open("first/0", settings)
-        with pytest.raises(RuntimeError, match=f"{call} crashed"):
-            for play in calls:
-                await play("first/0")
-        await host.release("first/0")
-        await host.open("second/0", settings)
-        await host.reset("second/0", 0, None)
-        await host.step("second/0", Action.click(1, 1))  # the fresh instance plays
-        closed, instances = list(FailsOnce.closed), await host.instances()
-        await host.shutdown()
-        return closed, instances
-
-    closed, instances = asyncio.run(scenario())
+    host.open("first/0", settings)
+    with pytest.raises(RuntimeError, match=f"{call} crashed"):
+        for play in calls:
+            play("first/0")
+    host.release("first/0")
+    host.open("second/0", settings)
+    host.reset("second/0", 0, None)
+    host.step("second/0", Action.click(1, 1))  # the fresh instance plays
+    closed, instances = list(FailsOnce.closed), host.instances()
+    host.shutdown()
     assert [h.number for h in FailsOnce.built] == [0, 1]  # the second lease built a new instance
     assert closed == [FailsOnce.built[0]] and instances == 1  # the broken one was closed at release
 
@@ -90,14 +85,10 @@ def test_a_refused_action_keeps_the_instance_warm(fresh_counts):
     host = EnvHost(0, FailsOnce, HostConfig(max_tenants=4, threads=2))
     settings = {"fails": "none"}
 
-    async def scenario():
-        await host.open("first/0", settings)
-        await host.reset("first/0", 0, None)
-        with pytest.raises(ActionError, match="outside"):
-            await host.step("first/0", Action.click(500, 500))  # off the 64x48 screen
-        await host.release("first/0")
-        await host.open("second/0", settings)
-        await host.shutdown()
-
-    asyncio.run(scenario())
+    host.reset("first/0", 0, None, open_settings=settings)  # opened by its first reset
+    with pytest.raises(ActionError, match="outside"):
+        host.step("first/0", Action.click(500, 500))  # off the 64x48 screen
+    host.release("first/0")
+    host.open("second/0", settings)
+    host.shutdown()
     assert len(FailsOnce.built) == 1 and FailsOnce.closed == [FailsOnce.built[0]]  # closed at shutdown only

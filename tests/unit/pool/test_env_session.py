@@ -19,13 +19,16 @@ TYPED = "ada"
 
 
 class _InProcess:
-    """An ``EnvHost`` called as a Ray actor handle is: ``host.method.remote(*args)``."""
+    """An ``EnvHost`` called as a Ray actor handle is: ``await host.method.remote(*args)``."""
 
     def __init__(self, host: EnvHost) -> None:
         self._host = host
 
     def __getattr__(self, method: str) -> SimpleNamespace:
-        return SimpleNamespace(remote=getattr(self._host, method))
+        async def remote(*args):
+            return getattr(self._host, method)(*args)
+
+        return SimpleNamespace(remote=remote)
 
 
 def _local_screens(settings: dict) -> list:
@@ -46,8 +49,7 @@ def test_screens_are_assembled_exactly_on_the_loop_when_small_and_on_threads_whe
         return await asyncio.to_thread(fn, *args)
 
     async def play() -> list:
-        await host.open("t/0", settings)
-        session = EnvSession(EnvAssignment(_InProcess(host), "desktop"), "t/0", run_blocking)
+        session = EnvSession(EnvAssignment(_InProcess(host), "desktop", settings), "t/0", run_blocking, opened=False)
         shots = [(await session.reset(seed=3))[0].screenshot]
         shots.append((await session.step(await session.oracle()))[0].screenshot)
         for char in TYPED:
