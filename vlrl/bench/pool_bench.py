@@ -26,7 +26,7 @@ and core-ms per step: the CPU every process of the run (this driver less its /pr
 GCS, raylet and workers) computed while it played, over the steps it played. Of that, the
 harness's own work is the same in every scheme (``harness_core_ms_per_step``, measured by playing
 the episodes in this thread); the rest is each scheme's overhead. ``ray_hop`` is what one Ray call
-costs that does nothing but what a pool's step call does (wait on a host's thread): part of the
+costs that does nothing but what a pool's step call does (block the env host's Ray thread): part of the
 pool's overhead on every step, which a step played inside its own actor never pays (not measured
 at ``smoke``, which keeps to the schemes).
 """
@@ -39,7 +39,6 @@ import random
 import threading
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -339,19 +338,12 @@ class SectionUsage:
 
 
 @ray.remote(num_cpus=0)
-class HopHost:
-    """Both ends of a bare step call: ``play`` awaits ``wait`` on another host, as a loop host's
-    tenant awaits its env host's ``step``, and ``wait`` waits on a thread, as a harness call does.
-    What the two processes compute per call is the Ray hop alone, no harness, no screen."""
-
-    def __init__(self) -> None:
-        self._threads = ThreadPoolExecutor(16)
+class HopCaller:
+    """The caller's end of a bare step call: ``play`` awaits ``wait`` on a ``HopCallee``, as a
+    loop host's tenant awaits its env host's ``step``."""
 
     async def pid(self) -> int:
         return os.getpid()
-
-    async def wait(self, seconds: float) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._threads, time.sleep, seconds)
 
     async def play(self, other: Any, loops: int, calls: int, seconds: float) -> None:
         async def loop() -> None:
@@ -361,9 +353,22 @@ class HopHost:
         await asyncio.gather(*(loop() for _ in range(loops)))
 
 
+@ray.remote(num_cpus=0)
+class HopCallee:
+    """The callee's end: a threaded actor whose ``wait`` blocks the Ray thread that took it, as an
+    env host's harness call does. What the two processes compute per call is the Ray hop alone,
+    no harness, no screen."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def wait(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
 def _ray_hop(loops: int, calls: int, io_median_s: float) -> dict[str, float]:
     """Core-ms per call of ``loops`` concurrent loops of ``calls`` bare step calls each."""
-    caller, callee = HopHost.remote(), HopHost.remote()
+    caller, callee = HopCaller.remote(), HopCallee.options(max_concurrency=loops + 16).remote()
     pids = set(ray.get([caller.pid.remote(), callee.pid.remote()]))
     ray.get(caller.play.remote(callee, loops, 2, 0.0))  # both ends warm
     before = tree_cpu()
