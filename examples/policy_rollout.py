@@ -7,8 +7,8 @@ built offline) on desktop tasks, through the whole rollout side of vlrl.
 """
 
 from vlrl.config import AgentBehaviour, DataSource, EnvSettings
+from vlrl.job.policy_rollout import PolicyRollout
 from vlrl.pool import HarnessPool, HostBudget
-from vlrl.rollout.policy_rollout import PolicyRollout
 
 
 def recipe() -> PolicyRollout.Config:

@@ -30,6 +30,7 @@ from vlrl.job.demos import WarmStart
 from vlrl.job.distill import Teacher
 from vlrl.job.eval_job import EvalJob
 from vlrl.job.evaluate import Evaluation
+from vlrl.job.policy_rollout import PolicyRollout
 from vlrl.job.progress import Progress
 from vlrl.job.tracking import MlflowTracker, Tracking, WandbTracker
 from vlrl.job.train_job import TrainJob
@@ -44,7 +45,6 @@ from vlrl.rollout.client import InferenceClient
 from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
 from vlrl.rollout.external.teacher import ProgramTeacher
 from vlrl.rollout.http_endpoint import OpenAIEndpoint
-from vlrl.rollout.policy_rollout import PolicyRollout
 from vlrl.store import LocalStore
 from vlrl.store.ray_store import RayStore
 from vlrl.store.transferqueue_store import TransferQueueStore

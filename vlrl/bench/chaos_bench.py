@@ -2,7 +2,9 @@
 
 Each run trains the tiny model on the main job's click-target source at CI size (a Harness Pool,
 an embedded engine, the Ray store, the metadata-only driver with an asynchronous judge, the
-trainer and weight pushes) and, at a random moment of a random step, injects one fault.
+trainer and weight pushes) and, at a random moment of a random step, injects one fault. The
+session is the training job's (``JobSession``, on ``RolloutRuntime``), the driver is built as the
+job builds it (``rl_step.rl_driver``: the job's tenants), and each step is the job's ``rl_step``.
 
 The runs share one session (engine, store, pool and trainer), one after the other, as one
 training run whose policy versions go on from run to run: what a fault leaves behind (a replaced
@@ -160,17 +162,13 @@ def _config(fault: str, run_dir: Path, steps: int) -> Any:
 async def _train(s: Any, group: Any, fault: str, steps: int, rng: random.Random, out: dict[str, Any]) -> None:
     """One fault's run: ``steps`` RL steps of a driver of its own from the engines' version on,
     ``fault`` injected; its outcome folded into ``out``."""
-    from vlrl.control.driver import Driver
+    from vlrl.job.rl_step import rl_driver
     from vlrl.pool.remote_errors import describe
-    from vlrl.rollout.agent_loop import agent_loop_factory
 
     judge = Judge()
     store = FlakyStore(s.store)
     pool = FlakyPool(s.meter)
-    driver = Driver(
-        s.config.driver, s.config.sources, pool, store, advantage=s.config.advantage, grader=judge,
-        tenant_factory=agent_loop_factory, seed=0,
-    )
+    driver = rl_driver(s, grader=judge, pool=pool, store=store, seed=0)  # the job's driver and tenants
     armed = fault in ("grader_hang", "harness_timeout", "hook_store_error", "pool_run_raises")
     at_step = 0 if armed else rng.randrange(steps - 1)  # armed faults need rollouts still to come
     injector = None

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +28,8 @@ from vlrl.job.eval_report import build_report, markdown, summary_of
 from vlrl.job.baselines import measure
 from vlrl.job.evaluate import Annotator, Evaluation, evaluate
 from vlrl.job.progress import Progress
+from vlrl.job.rollout_runtime import RolloutRuntime
 from vlrl.rollout.http_endpoint import OpenAIEndpoint
-from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.rollout.rollout_side import TINY, RolloutSide
 
 REPORT_JSON = "eval.json"
@@ -94,64 +93,15 @@ class EvalJob:
 
     def run(self) -> dict[str, Any]:
         """Evaluate, write the report, print the JSON summary as the last line and return it."""
-        import ray
-
         config = self.config
         config.preflight()
         started = time.perf_counter()
-        started_ray = config.ray.ensure()
-        try:
-            with tempfile.TemporaryDirectory(prefix="vlrl-eval-") as scratch:
-                report = self._evaluate(ray, self.policy_folder(Path(scratch)))
-        finally:
-            if started_ray:
-                ray.shutdown()
-        report["wall_s"] = round(time.perf_counter() - started, 1)
-        out = Path(config.out_dir)
-        (out / REPORT_JSON).write_text(json.dumps(report, indent=2))
-        (out / REPORT_MD).write_text(markdown(report))
-        summary = {**summary_of(report), "report": str(out / REPORT_MD)}
-        print(json.dumps(summary), flush=True)
-        return summary
-
-    def policy_folder(self, scratch: Path) -> str:
-        """The checkpoint folder the engines serve: ``model_path``, the tiny model built in
-        ``scratch``, or ``adapter`` merged into ``model_path`` (in ``out_dir/policy``)."""
-        config = self.config
-        if config.model_path == TINY:
-            return str(config.tiny.build(scratch / "tiny"))
-        if config.adapter:
-            from vlrl.train.lora import merge_adapter
-
-            merged = merge_adapter(config.adapter, Path(config.out_dir) / "policy", base=config.model_path)
-            print(f"note: evaluating the adapters of {config.adapter} merged into their base at {merged}", file=sys.stderr)
-            return str(merged)
-        return config.model_path
-
-    def _evaluate(self, ray: Any, model_path: str) -> dict[str, Any]:
-        from transformers import AutoProcessor
-
-        from vlrl.mm import patch_rule_of
-
-        config = self.config
         out = Path(config.out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        processor = AutoProcessor.from_pretrained(model_path)
-        annotator = Annotator(processor.tokenizer, patch_rule_of(processor))
-        engines = [] if config.endpoint else [config.engine.build(model_path=model_path) for _ in range(config.replicas)]
-        http = (config.endpoint,) if config.endpoint else ()
-        store = config.store.build()
-        pool = None
-        try:
-            pool = config.pool.build(loop_setup=LoopSetup(model_path, tuple(engines), store, config.client, http))
-            result, baselines = asyncio.run(self._play(pool, store, annotator, out / "episodes"))
-            keys_left = store.stats().keys
-        finally:
-            if pool is not None:
-                pool.shutdown()
-            for engine in engines:
-                ray.kill(engine)
-            store.destroy()
+        runtime = RolloutRuntime(config, model_path=self.merged_adapter(), endpoint=config.endpoint)
+        with runtime:
+            result, baselines = asyncio.run(self._play(runtime.pool, runtime.store, runtime.annotator, out / "episodes"))
+            keys_left = runtime.keys_left()
         about = {
             "policy": config.label or (config.endpoint.base_url if config.endpoint else config.adapter or config.model_path),
             "endpoint": config.endpoint.base_url if config.endpoint else None,
@@ -161,7 +111,26 @@ class EvalJob:
             "temperature": config.eval.temperature,
             "store_keys_left": keys_left,
         }
-        return build_report(result, baselines=baselines, about=about)
+        report = build_report(result, baselines=baselines, about=about)
+        report["wall_s"] = round(time.perf_counter() - started, 1)
+        (out / REPORT_JSON).write_text(json.dumps(report, indent=2))
+        (out / REPORT_MD).write_text(markdown(report))
+        summary = {**summary_of(report), "report": str(out / REPORT_MD)}
+        print(json.dumps(summary), flush=True)
+        return summary
+
+    def merged_adapter(self) -> str | None:
+        """With ``adapter``, the checkpoint the engines serve: the adapters merged into
+        ``model_path`` (in ``out_dir/policy``); None without (``model_path`` is served, or the tiny
+        build: ``RolloutRuntime``)."""
+        config = self.config
+        if not config.adapter:
+            return None
+        from vlrl.train.lora import merge_adapter
+
+        merged = merge_adapter(config.adapter, Path(config.out_dir) / "policy", base=config.model_path)
+        print(f"note: evaluating the adapters of {config.adapter} merged into their base at {merged}", file=sys.stderr)
+        return str(merged)
 
     async def _play(self, pool: Any, store: Any, annotator: Annotator, pictures: Path) -> tuple[Any, Any]:
         config = self.config

@@ -1,21 +1,52 @@
 """One RL step, the same for ``vlrl train`` and the benchmarks that run the job's loop
 (``vlrl bench chaos`` under faults, ``vlrl bench async`` through the job): a batch from the
-driver, one optimizer step on it, its keys deleted, the new weights pushed to the engines."""
+driver, one optimizer step on it, its keys deleted, the new weights pushed to the engines; and
+the one way that loop's driver is built (``rl_driver``)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from vlrl.control.driver import Driver
+from vlrl.control.grader import Grader
+from vlrl.control.teacher import TeacherScorer
 from vlrl.job.session import JobSession
 from vlrl.records import Batch
+from vlrl.rollout.external import rollout_tenant
+from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.train.trainer import StepInputsLost
 from vlrl.train.trainer_group import TrainerGroup
 
 STEP_INPUT_RETRIES = 3
 """Times one RL step is run again on other groups when the trainer could not read its payload."""
+
+
+def rl_driver(
+    s: JobSession,
+    *,
+    seed: int | Mapping[str, int] = 0,
+    replay: Mapping[str, Sequence[int]] | None = None,
+    grader: Grader | None = None,
+    pool: Any = None,
+    store: Any = None,
+) -> Driver:
+    """The RL stage's driver on session ``s``: the recipe's ``driver``, ``sources`` and
+    ``advantage`` settings, every trajectory's tenant from ``rollout_tenant`` (the Agent Loop, or a
+    source's own agent program), the session's metered pool and store, and under OPD the
+    teacher's scorer as grader. ``seed`` and ``replay``: ``Driver``'s. ``grader``, ``pool`` and
+    ``store`` stand in for the session's own (``vlrl bench chaos``: a judge that can hang, a pool
+    and a store that fail on cue), so a bench drives the job's tenants through the job's driver."""
+    config = s.config
+    if grader is None and s.teacher is not None:
+        grader = TeacherScorer(EngineTeacher(s.teacher), s.store)
+    return Driver(
+        config.driver, config.sources, s.meter if pool is None else pool, s.store if store is None else store,
+        advantage=config.advantage, grader=grader, tenant_factory=rollout_tenant, seed=seed, replay=replay,
+    )  # fmt: skip
 
 
 async def train_on(

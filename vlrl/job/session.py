@@ -1,23 +1,25 @@
 """What a ``vlrl train`` run holds while it lasts, and where it stands.
 
 ``JobSession`` builds and tears down the run's resources (run folder, logs and experiment
-trackers, the progress line, model, engines, an OPD teacher, store, Harness Pool) from the run's
-config and its resolved plan (``run_plan``), and offers the job what it needs from them: weight
-pushes, checkpoint folders, store clean-up and figures.
+trackers, the progress line, and the rollout side: ``RolloutRuntime``'s model, engines, OPD
+teacher, store and Harness Pool) from the run's config and its resolved plan (``run_plan``), and
+offers the job what it needs from them: weight pushes, checkpoint folders, store clean-up and
+figures.
 ``RunState`` is what ``state.json`` next to every checkpoint records for ``--resume``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vlrl.config import ConfigError
 from vlrl.control.driver import Driver
-from vlrl.job.evaluate import Annotator
 from vlrl.job.meters import RolloutMeter
 from vlrl.job.metrics_log import METRICS_FILE, REVERTED_FILE, TB_DIR, MetricsLog
 from vlrl.job.plots import EPISODES_DIR, PLOTS_DIR
@@ -31,14 +33,13 @@ from vlrl.job.run_folder import (
     write_evaluation,
     write_sources,
 )
+from vlrl.job.rollout_runtime import RolloutRuntime
 from vlrl.job.run_plan import TINY_FOLDER, RunPlan
 from vlrl.job.tracking import IDS_FILE
 from vlrl.mm import delete_sequences
 from vlrl.models import family_of
 from vlrl.records import SeqMeta
 from vlrl.rollout.engine.weights_keeper import weights_keeper
-from vlrl.rollout.loop_setup import LoopSetup
-from vlrl.rollout.rollout_side import TINY
 from vlrl.train.trainer_group import TrainerGroup
 
 
@@ -83,6 +84,7 @@ class JobSession:
         self.run_dir = Path(config.run_dir).resolve()
         self.engine_version = 0
         self._pause_totals: dict[int, float] = {}
+        self._ends = contextlib.ExitStack()
 
     def __enter__(self) -> JobSession:
         config = self.config
@@ -97,58 +99,34 @@ class JobSession:
         try:
             self._start()
         except BaseException:
-            self.log.close(failed=True)
+            try:
+                self._ends.__exit__(*sys.exc_info())
+            finally:
+                self.log.close(failed=True)
             raise
         return self
 
     def _start(self) -> None:
-        """Model, engines, teacher, store and pool: what ``__exit__`` ends."""
-        import ray
-        from transformers import AutoProcessor
-
-        from vlrl.mm import patch_rule_of
-        from vlrl.rollout.screen_history import check_older_image_tokens
-
+        """The rollout side (``RolloutRuntime``: model, engines, teacher, store, pool), ended by ``__exit__``."""
         config = self.config
-        self.model_path = self._model()
+        runtime = self._ends.enter_context(
+            RolloutRuntime(config, engine=self.plan.engine, model_path=self.plan.model_path, teacher=config.teacher)
+        )
+        self.model_path = runtime.model_path
         self.family = family_of(self.model_path)
         """The policy's model family (the summary's ``model_family``)."""
-        processor = AutoProcessor.from_pretrained(self.model_path)
-        rule = patch_rule_of(processor)
-        for i, source in enumerate(config.sources):  # before any engine starts
-            if source.env.width and source.env.height:
-                field = f"sources[{i}].agent.older_image_tokens"
-                check_older_image_tokens(source.agent, rule, source.env.width, source.env.height, field)
-        self.annotator = Annotator(processor.tokenizer, rule)
+        self.annotator = runtime.annotator
         self.lora_push = self.plan.lora_push
         """Under LoRA, how pushes reach the engines (``RunPlan.lora_push``)."""
-        self.engines = [self.plan.engine.build(model_path=self.model_path) for _ in range(config.replicas)]
-        self.teacher = None
-        self.store = config.store.build()
-        try:
-            if config.teacher is not None:
-                self.teacher = config.teacher.start(self.model_path)
-            loop_setup = LoopSetup(self.model_path, tuple(self.engines), self.store, config.client)
-            self.pool = config.pool.build(loop_setup=loop_setup)
-        except BaseException:
-            self._end_engines_and_store(ray)
-            raise
+        self.engines, self.teacher, self.store, self.pool = runtime.engines, runtime.teacher, runtime.store, runtime.pool
         self.meter = RolloutMeter(self.pool, [source.name for source in config.sources])
         self.probe(None)
 
     def __exit__(self, *exc: object) -> None:
-        import ray
-
         try:
-            self.pool.shutdown()
+            self._ends.__exit__(*exc)
         finally:
-            self._end_engines_and_store(ray)
             self.log.close(failed=exc[0] is not None)
-
-    def _end_engines_and_store(self, ray: Any) -> None:
-        for engine in [*self.engines, *([self.teacher] if self.teacher is not None else [])]:
-            ray.kill(engine)
-        self.store.destroy()
 
     def _clear(self) -> None:
         """A fresh run: remove what an earlier run in this folder left (only the job's own files)."""
@@ -156,13 +134,6 @@ class JobSession:
             shutil.rmtree(self.run_dir / name, ignore_errors=True)
         for name in (METRICS_FILE, REVERTED_FILE, SUMMARY_FILE, IDS_FILE):
             (self.run_dir / name).unlink(missing_ok=True)
-
-    def _model(self) -> str:
-        """The plan's policy checkpoint; a tiny build is made there first unless a resumed run has it."""
-        path = Path(self.plan.model_path)
-        if self.config.model_path == TINY and not (path / "config.json").exists():
-            self.config.tiny.build(path)
-        return self.plan.model_path
 
     # -- trainer, checkpoints, state
 

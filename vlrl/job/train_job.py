@@ -28,7 +28,6 @@ so with the figures, unless ``warm_start.continue_below_baseline``. The run fold
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import random
 import shutil
@@ -42,7 +41,6 @@ from typing import Annotated, Any
 from vlrl.config import ConfigError, Ge, NonEmpty
 from vlrl.control.driver import Driver
 from vlrl.control.group_hook import GroupHook
-from vlrl.control.teacher import TeacherScorer
 from vlrl.job.demos import WarmStart, demo_tenant, unkept_sources
 from vlrl.job.distill import Teacher
 from vlrl.job.baselines import KINDS, below_baseline, measure, overall
@@ -50,9 +48,9 @@ from vlrl.job.evaluate import EvalResult, Evaluation, evaluate
 from vlrl.job.meters import batch_metrics, book_metrics
 from vlrl.job.metrics_log import read_metrics
 from vlrl.job.plots import EPISODES_DIR
-from vlrl.job.processes import handle_sigterm, run_processes
 from vlrl.job.progress import Progress
-from vlrl.job.rl_step import rl_step
+from vlrl.job.rl_step import rl_driver, rl_step
+from vlrl.job.rollout_runtime import ray_for_run
 from vlrl.job.run_folder import SUMMARY_FILE
 from vlrl.job.run_plan import RunPlan, resolve
 from vlrl.job.session import JobSession, RunState
@@ -68,10 +66,8 @@ from vlrl.job.train_refusals import (
 from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.pool.tenant import TenantOutcome, lost_writers
 from vlrl.records import SeqMeta
-from vlrl.rollout.external import rollout_tenant
 from vlrl.rollout.engine import VLLMEngine
 from vlrl.rollout.rollout_side import TINY, RolloutSide
-from vlrl.rollout.teacher_engine import EngineTeacher
 from vlrl.train.loss import RL_DUAL_CLIP, PolicyLoss
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.lora import LoRA
@@ -207,24 +203,14 @@ class TrainJob:
 
     def run(self) -> dict[str, Any]:
         """Run to the last step; prints the JSON summary as the last line of stdout and returns it."""
-        import ray
-
         config = self.config
         started = time.perf_counter()
         config.preflight()
         plan = config.plan()
         _maybe_report_tiny_rates(config, plan)
-        local = config.ray.address is None and not ray.is_initialized()  # a Ray of its own: its processes are the run's
-        with run_processes() if local else contextlib.nullcontext():
-            started_ray = config.ray.ensure()
-            if local:
-                handle_sigterm()  # ray.init set Ray's own handler, which aborts past every finally
-            try:
-                with JobSession(config, plan) as session:
-                    summary = asyncio.run(self._main(session, started))
-            finally:
-                if started_ray:
-                    ray.shutdown()
+        # Ray before the session: its trackers and every process they start are the run's too
+        with ray_for_run(config.ray), JobSession(config, plan) as session:
+            summary = asyncio.run(self._main(session, started))
         print(json.dumps(summary), flush=True)
         return summary
 
@@ -349,18 +335,8 @@ class TrainJob:
             if state.step >= config.steps:  # a finished run resumed: its final evaluation needs its weights
                 return
             generated_before = state.generated
-            grader = None if s.teacher is None else TeacherScorer(EngineTeacher(s.teacher), s.store)
-            driver = Driver(
-                config.driver,
-                config.sources,
-                s.meter,
-                s.store,
-                advantage=config.advantage,
-                grader=grader,
-                tenant_factory=rollout_tenant,
-                seed=state.next_seeds or config.seed + state.generated,  # a state.json without next_seeds
-                replay=state.open_seeds,
-            )
+            # a state.json without next_seeds starts each source after the groups generated
+            driver = rl_driver(s, seed=state.next_seeds or config.seed + state.generated, replay=state.open_seeds)
             s.probe(driver)
             try:
                 while state.step < config.steps:

@@ -28,7 +28,7 @@ from vlrl.rollout.client import InferenceClient
 from vlrl.rollout.parsers import PARSERS, ScreenMap
 from vlrl.rollout.player import PolicyPlayer, turn_seed
 
-__all__ = ["AgentLoop", "LoopRuntime", "agent_loop_factory", "turn_seed"]
+__all__ = ["AgentLoop", "LoopRuntime", "turn_seed"]
 
 
 @dataclass(slots=True)
@@ -101,8 +101,3 @@ class AgentLoop:
     def trajectory_id(self, ctx: TenantContext, sample_index: int) -> str:
         """The id of the trajectory of ``sample_index`` this tenant plays (its store key's stem)."""
         return f"{self.group_id}/{sample_index}/{ctx.tenant_id}"
-
-
-def agent_loop_factory(source: DataSource, seed: int, group_id: str, index: int) -> AgentLoop:
-    """The driver's tenant factory (``control.driver.TenantFactory``) for policy rollouts."""
-    return AgentLoop(source, seed=seed, group_id=group_id, sample_index=index)

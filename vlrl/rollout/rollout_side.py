@@ -1,5 +1,6 @@
-"""The rollout side of a run, shared by ``vlrl rollout`` (``PolicyRollout``) and ``vlrl train``
-(``TrainJob``): one set of fields, so a recipe's rollout settings read the same in both."""
+"""The rollout side of a run, shared by ``vlrl train`` (``TrainJob``), ``vlrl eval`` (``EvalJob``)
+and ``vlrl rollout`` (``PolicyRollout``): one set of fields, so a recipe's rollout settings read
+the same in all three, and one runtime that starts and ends them (``job.rollout_runtime``)."""
 
 from __future__ import annotations
 

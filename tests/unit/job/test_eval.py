@@ -134,10 +134,10 @@ def test_serve_and_eval_take_a_lora_adapter_folder_on_its_base(tiny_path, tmp_pa
     config = _config(str(folder), "--harness", "desktop", "--out", str(tmp_path / "eval"))
     assert (config.model_path, config.adapter) == (str(tiny_path), str(folder))  # the base it records
     assert not (tmp_path / "eval").exists()  # nothing merged before the job runs
-    assert config.build().policy_folder(tmp_path) == str(tmp_path / "eval" / "policy")
+    assert config.build().merged_adapter() == str(tmp_path / "eval" / "policy")
     check(tmp_path / "eval" / "policy")
     config = _config(str(tiny_path), "--adapter", str(folder), "--harness", "desktop", "--out", str(tmp_path / "eval2"))
-    check(Path(config.build().policy_folder(tmp_path)))
+    check(Path(config.build().merged_adapter()))
     with pytest.raises(ConfigError, match="'adapter'"):
         _config(str(tiny_path), "--adapter", str(tiny_path), "--harness", "desktop")
 

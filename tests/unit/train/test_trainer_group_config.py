@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 
 from vlrl.config import ConfigError, apply_overrides, field_types, is_config, validate
+from vlrl.job.policy_rollout import PolicyRollout
 from vlrl.job.train_job import TrainJob
 from vlrl.pack import Layout
 from vlrl.rollout.engine import EmbeddedEngine, VLLMEngine
-from vlrl.rollout.policy_rollout import PolicyRollout
 from vlrl.rollout.server import OpenAIServer
 from vlrl.train.lora import LoRA
 from vlrl.train.loss import PolicyLoss

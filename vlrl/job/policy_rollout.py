@@ -1,5 +1,6 @@
 """``vlrl rollout`` with a policy: groups of Agent Loops per data source on the Harness Pool,
-served by embedded engine replicas, their payloads in the distributed store.
+served by embedded engine replicas, their payloads in the distributed store, all of it started
+and ended as the training job's is (``RolloutRuntime``).
 
 It is the rollout half of a training step: every trajectory's payload is written once to the
 store and only ``SeqMeta`` comes back here; the summary reports what each source achieved and
@@ -11,21 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Annotated, Any
 
 from vlrl.config import Ge
+from vlrl.job.rollout_runtime import RolloutRuntime
 from vlrl.mm import delete_sequences
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.tenant import lost_writers
 from vlrl.records import SeqMeta
 from vlrl.rollout.agent_loop import AgentLoop
-from vlrl.rollout.loop_setup import LoopSetup
-from vlrl.rollout.rollout_side import TINY, RolloutSide
+from vlrl.rollout.rollout_side import RolloutSide
 
 
 class PolicyRollout:
@@ -50,30 +49,15 @@ class PolicyRollout:
 
         config = self.config
         config.preflight()
-        started_ray = config.ray.ensure()
-        with tempfile.TemporaryDirectory(prefix="vlrl-model-") as scratch:
-            model_path = config.model_path
-            if model_path == TINY:
-                model_path = str(config.tiny.build(Path(scratch) / "tiny"))
-            engines = [config.engine.build(model_path=model_path) for _ in range(config.replicas)]
-            store = config.store.build()
-            pool = config.pool.build(loop_setup=LoopSetup(model_path, tuple(engines), store, config.client))
-            try:
-                started = time.perf_counter()
-                outcomes, owners = self._play(pool)
-                wall_s = time.perf_counter() - started
-                engine_stats = ray.get([engine.stats.remote() for engine in engines])
-                summary = _summary(config, outcomes, owners, engine_stats, pool, wall_s)
-                delete_sequences(store, [meta for o in outcomes if o.status == "ok" for meta in o.value])
-                store.take_back(lost_writers(outcomes))  # what runs wrote before their loop host died
-                summary["store_keys_left"] = store.stats().keys
-            finally:
-                pool.shutdown()
-                for engine in engines:
-                    ray.kill(engine)
-                store.destroy()
-                if started_ray:
-                    ray.shutdown()
+        with RolloutRuntime(config) as runtime:
+            started = time.perf_counter()
+            outcomes, owners = self._play(runtime.pool)
+            wall_s = time.perf_counter() - started
+            engine_stats = ray.get([engine.stats.remote() for engine in runtime.engines])
+            summary = _summary(config, outcomes, owners, engine_stats, runtime.pool, wall_s)
+            delete_sequences(runtime.store, [meta for o in outcomes if o.status == "ok" for meta in o.value])
+            runtime.store.take_back(lost_writers(outcomes))  # what runs wrote before their loop host died
+            summary["store_keys_left"] = runtime.keys_left()
         for name, figures in summary["sources"].items():
             print(
                 f"{name:<16} trajectories {figures['trajectories']:>4}  success {figures['success_rate']:.2f}  "
