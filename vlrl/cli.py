@@ -343,7 +343,7 @@ def _check(args: argparse.Namespace) -> int:
         from encoders.registry import run_contract
     else:
         from vlrl.models.registry import ModelFamilyError as KindError
-        from vlrl.models.registry import run_contract
+        from vlrl.models.contract import run_contract
     try:
         for rule in run_contract(args.id):
             print(f"pass  {rule}")

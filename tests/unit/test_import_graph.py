@@ -115,6 +115,90 @@ def test_the_architecture_doc_draws_the_same_layers():
     assert names == tuple(reversed(LAYERS))
 
 
+KNOWN_MODULE_CYCLES = (
+    {"vlrl.pack", "vlrl.pack.packer"},
+    {"vlrl.job.rl_step", "vlrl.job.run_plan", "vlrl.job.session", "vlrl.job.train_job", "vlrl.job.train_refusals"},
+    {"vlrl.rollout.agent_loop", "vlrl.rollout.branching", "vlrl.rollout.player"},
+    {"vlrl.rollout.engine.core", "vlrl.rollout.engine.embedded"},
+    {"vlrl.harness.sandbox", "vlrl.harness.sandbox.bubblewrap"},
+    {"harnesses.browser", "harnesses.browser.harness"},
+)
+"""Module circles inside a package that are older than this check: each may shrink or go, none
+may grow, and no other may appear (``train.lora`` <-> ``train.trainer`` and ``models.registry``
+<-> ``models.tiny`` went)."""
+
+
+def module_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the modules of vlrl and the plug-in packages it imports (lazy imports and
+    ``TYPE_CHECKING`` ones included; ``from p import name`` counts ``p.name`` when that is a module)."""
+    files = {}
+    for top in ("vlrl", "encoders", "harnesses"):
+        for path in sorted((root / top).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def module_of(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            graph[module] |= {found for found in map(module_of, names) if found not in (None, module)}
+    return graph
+
+
+def module_cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected sets of two or more modules (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            members = set()
+            while not members or member != node:
+                member = stack.pop()
+                members.add(member)
+            if len(members) > 1:
+                cycles.append(members)
+
+    for node in list(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_new_module_circle():
+    new = [cycle for cycle in module_cycles(module_graph()) if not any(cycle <= known for known in KNOWN_MODULE_CYCLES)]
+    assert new == []
+
+
+def test_a_module_circle_is_found(tmp_path):
+    for top in ("vlrl", "encoders", "harnesses"):
+        (tmp_path / top).mkdir()
+    (tmp_path / "vlrl" / "train").mkdir()
+    (tmp_path / "vlrl" / "train" / "lora.py").write_text("def f():\n    from vlrl.train.trainer import HF_FILES\n")
+    (tmp_path / "vlrl" / "train" / "trainer.py").write_text("from vlrl.train import lora\n")
+    assert module_cycles(module_graph(tmp_path)) == [{"vlrl.train.lora", "vlrl.train.trainer"}]
+
+
 def test_nothing_outside_tests_imports_tests():
     """Scripts, examples and the packages run without the test tree (an installed vlrl has none)."""
     found = []

@@ -7,8 +7,8 @@ sequence under the weights that sampled it (before and after the push), and vLLM
 logprobs (``score``) equal the forward at every position; the push really changes what is
 served and names the pushed version; an image reference the replica does not hold is answered
 by one ``CacheMiss`` naming it, and the client's one resend then gets the answer. A LoRA run's
-pushes reach the replica as vLLM's LoRA adapter (every family here is in ``VLLM_LORA_FAMILIES``),
-and vLLM then serves the adapters' logprobs.
+pushes reach the replica as vLLM's LoRA adapter (every family here says vLLM's LoRA serves it,
+``ModelFamily.vllm_lora``), and vLLM then serves the adapters' logprobs.
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ def eval_config(args: argparse.Namespace) -> EvalJob.Config:
     else:
         if adapter and checkpoint is None:
             raise ConfigError("--adapter", adapter, "TARGET beside it: the base model the adapters go on")
-        from vlrl.train.lora import adapter_base, is_adapter_folder
+        from vlrl.train.checkpoint_io import adapter_base, is_adapter_folder
 
         if is_adapter_folder(checkpoint):  # on the base it records
             config.model_path, config.adapter = str(adapter_base(checkpoint)), str(checkpoint)

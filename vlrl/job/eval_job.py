@@ -76,7 +76,7 @@ class EvalJob:
                     "model_path", self.model_path, "the checkpoint folder whose processor builds the endpoint's prompts"
                 )
             if self.adapter:
-                from vlrl.train.lora import is_adapter_folder
+                from vlrl.train.checkpoint_io import is_adapter_folder
 
                 if not is_adapter_folder(self.adapter):
                     raise ConfigError("adapter", self.adapter, "a PEFT adapter folder (holding adapter_config.json)")
@@ -126,7 +126,7 @@ class EvalJob:
         config = self.config
         if not config.adapter:
             return None
-        from vlrl.train.lora import merge_adapter
+        from vlrl.train.checkpoint_io import merge_adapter
 
         merged = merge_adapter(config.adapter, Path(config.out_dir) / "policy", base=config.model_path)
         print(f"note: evaluating the adapters of {config.adapter} merged into their base at {merged}", file=sys.stderr)
@@ -158,7 +158,7 @@ def resolve_target(path: Path) -> tuple[Path, Path | None]:
     from), a checkpoint folder holding ``hf/``, a Hugging Face folder itself, or a PEFT adapter
     folder (returned as it is: ``adapted_policy`` merges it onto its base)."""
     from vlrl.job.run_folder import SOURCES_FILE, newest_checkpoint
-    from vlrl.train.lora import is_adapter_folder
+    from vlrl.train.checkpoint_io import is_adapter_folder
 
     if is_adapter_folder(path):
         return path, None
@@ -181,8 +181,8 @@ def resolve_target(path: Path) -> tuple[Path, Path | None]:
 def adapted_policy(model: Path, adapter: Path | None, out: Path) -> Path:
     """The checkpoint folder to serve or evaluate: ``model`` itself, or, when ``model`` is a PEFT
     adapter folder (on the base it records) or ``adapter`` is given (on ``model``), the adapters
-    merged into their base as a plain checkpoint at ``out`` (``lora.merge_adapter``), said on stderr."""
-    from vlrl.train.lora import is_adapter_folder, merge_adapter
+    merged into their base as a plain checkpoint at ``out`` (``checkpoint_io.merge_adapter``), said on stderr."""
+    from vlrl.train.checkpoint_io import is_adapter_folder, merge_adapter
 
     if adapter is not None and not is_adapter_folder(adapter):
         raise FileNotFoundError(f"--adapter {adapter}: not a PEFT adapter folder (no adapter_config.json)")
@@ -200,7 +200,7 @@ def adapted_policy(model: Path, adapter: Path | None, out: Path) -> Path:
 def processor_folder(path: Path) -> Path:
     """The checkpoint folder whose processor builds prompts for the policy ``path`` names (a run,
     checkpoint or Hugging Face folder, or an adapter folder, whose base's)."""
-    from vlrl.train.lora import adapter_base, is_adapter_folder
+    from vlrl.train.checkpoint_io import adapter_base, is_adapter_folder
 
     folder, _ = resolve_target(path)
     return adapter_base(folder) if is_adapter_folder(folder) else folder

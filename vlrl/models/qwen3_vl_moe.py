@@ -34,6 +34,9 @@ class Qwen3VLMoe(Qwen3VL):
     model_class = Qwen3VLMoeForConditionalGeneration
     config_class = Qwen3VLMoeConfig
     routed_experts = True
+    vllm_lora = False
+    """With ``enable_lora`` vLLM runs its experts through Triton kernels, which the CPU build
+    lacks, and the first request ends the engine core, adapter or not (GPU: not run)."""
 
     def load(self, path: str | Path, *, dtype: torch.dtype = torch.float32) -> nn.Module:
         # transformers' default experts kernel (grouped_mm) takes no float64; its eager loop does

@@ -9,14 +9,9 @@ fails there, naming its ``model_type`` and the supported families, instead of de
 from __future__ import annotations
 
 import json
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import torch
-from transformers import AutoProcessor
 
 from vlrl.models.family import ModelFamily
 from vlrl.registry import MODELS, ContractError, PluginSpec, Registry
@@ -34,7 +29,7 @@ class ModelFamilyError(ValueError):
     """An unknown family, a folder that is not a checkpoint, or a checkpoint of no known family."""
 
 
-def _check(spec: PluginSpec, factory: Callable[..., Any]) -> None:
+def check_class(spec: PluginSpec, factory: Callable[..., Any]) -> None:
     """The construct-time rules of a family (cheap: no model is built)."""
     if not (isinstance(factory, type) and issubclass(factory, ModelFamily)):
         raise ContractError("family class", f"{factory!r} is not a vlrl.models.ModelFamily subclass")
@@ -47,7 +42,7 @@ def _check(spec: PluginSpec, factory: Callable[..., Any]) -> None:
         raise ContractError("model class", f"{factory.__name__}.model_class has no from_pretrained")
 
 
-REGISTRY = Registry("model family", MODELS, _check, error=lambda i, m: ModelFamilyError(f"model family {i!r}: {m}"))
+REGISTRY = Registry("model family", MODELS, check_class, error=lambda i, m: ModelFamilyError(f"model family {i!r}: {m}"))
 for _name, _path in BUILTINS.items():
     REGISTRY.register(_name, _path)
 
@@ -76,59 +71,25 @@ def family_of(model_path: str | Path) -> ModelFamily:
         fields = json.loads(config.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ModelFamilyError(f"{config}: not readable JSON ({error})") from None
-    model_type = fields.get("model_type")
+    return family_of_type(
+        fields.get("model_type"), what=f"model_path {str(model_path)!r}", architectures=fields.get("architectures") or ()
+    )
+
+
+def family_of_type(model_type: str | None, *, what: str = "a model", architectures: Sequence[str] = ()) -> ModelFamily:
+    """The family whose checkpoints have ``model_type`` (``config.json``'s, or a loaded model's
+    ``config.model_type``); ``what`` and ``architectures`` name the model in an error."""
     families = {name: family(name) for name in registered()}
     claiming = [found for found in families.values() if model_type in found.model_types]
     if len(claiming) > 1:
         raise ModelFamilyError(
-            f"model_path {str(model_path)!r}: model_type={model_type!r} is claimed by the families"
+            f"{what}: model_type={model_type!r} is claimed by the families"
             f" {[f.name for f in claiming]}; register one of them with override=True in place of the other"
         )
     if claiming:
         return claiming[0]
     supported = ", ".join(f"{name} (model_type {'/'.join(f.model_types)})" for name, f in families.items())
     raise ModelFamilyError(
-        f"model_path {str(model_path)!r} is a model_type={model_type!r} checkpoint"
-        f" ({', '.join(fields.get('architectures') or ['no architectures'])}); supported model families: {supported}"
+        f"{what} is a model_type={model_type!r} checkpoint"
+        f" ({', '.join(architectures or ['no architectures'])}); supported model families: {supported}"
     )
-
-
-def run_contract(name: str) -> Iterator[str]:
-    """The whole contract on family ``name`` (``vlrl check model``), yielding each rule once it
-    passed and raising ``ContractError`` at the first broken one: the construct-time rules, then
-    on the family's tiny build: it loads as the family's class and is detected back ('tiny build'),
-    its tower as a plug-in passes the encoder contract ('tower encoder: RULE'), and the plug-in's
-    rows equal the model's own image features, every DeepStack level included ('tower rows')."""
-    from encoders.registry import contract
-    from vlrl.models.tiny import build_tiny
-
-    spec = REGISTRY.spec(name)
-    factory = REGISTRY.load(spec)
-    _check(spec, factory)
-    yield from ("family class", "name", "model types", "model class")
-    found = factory()
-    with tempfile.TemporaryDirectory() as folder:
-        path = build_tiny(found, Path(folder) / name)
-        model = found.load(path).eval()
-        if type(model) is not found.model_class or family_of(path).name != name:
-            raise ContractError("tiny build", f"the tiny build of {name!r} loads as {type(model).__name__}")
-        yield "tiny build"
-        processor = AutoProcessor.from_pretrained(str(path))
-    encoder = found.tower_encoder(model, processor).eval()
-    for rule in contract(encoder):
-        yield f"tower encoder: {rule}"
-    yield _check_tower_rows(encoder, model, processor)
-
-
-def _check_tower_rows(encoder: Any, model: Any, processor: Any) -> str:
-    pixels = np.random.default_rng(0).integers(0, 256, (120, 160, 3), dtype=np.uint8)
-    images = processor.image_processor(images=[pixels], return_tensors="pt")
-    with torch.no_grad():
-        own = model.model.get_image_features(images["pixel_values"], images["image_grid_thw"])
-        expected = torch.cat([own.pooler_output[0], *(level[0] for level in getattr(own, "deepstack_features", None) or [])], -1)
-        rows = encoder(encoder.collate([encoder.preprocess(pixels)]))
-    if rows.shape != expected.shape or not torch.allclose(rows, expected, atol=1e-5):
-        raise ContractError(
-            "tower rows", f"the plug-in gives rows {tuple(rows.shape)} that differ from the model's own {tuple(expected.shape)}"
-        )
-    return "tower rows"

@@ -27,7 +27,7 @@ transformers' own steps and functions (the module's ``causal_conv1d_fn``,
   their recurrence; the gather moves ``cp*W`` rows of ``(2*key_dim + value_dim + 2*v_heads)/tp``
   values a layer, and the backward as many.
 * **TP.** ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a`` are column-parallel and
-  ``out_proj`` row-parallel (``tp_plan``); ``dt_bias`` and ``A_log`` are split by value head, the
+  ``out_proj`` row-parallel (``train.tensor_parallel``); ``dt_bias`` and ``A_log`` are split by value head, the
   depthwise ``conv1d`` by channel, the gated norm's weight (one head's width) replicated. A rank's
   heads are ``k`` heads ``[r*k/tp, (r+1)*k/tp)`` and the value heads they serve: but
   ``in_proj_qkv`` (and the conv, which shares its channels) stores ``[q | k | v]`` whole, so a
@@ -47,10 +47,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
-from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel
+from torch.distributed.tensor import DTensor, Shard
 
-from vlrl.train.lora import tp_plan as lora_tp_plan
 from vlrl.train.packed_attention import PackedMask, gather_sequence
 
 
@@ -150,36 +148,3 @@ def _head_channels(block: nn.Module, tp_group) -> torch.Tensor:
         torch.arange(rank * k, (rank + 1) * k), key_dim + torch.arange(rank * k, (rank + 1) * k),
         2 * key_dim + torch.arange(rank * v, (rank + 1) * v),
     ]).to(block.in_proj_b.weight.device)  # fmt: skip
-
-
-# ---- tensor parallelism
-
-
-def tp_plan(layer: nn.Module) -> dict[str, Any]:
-    """The TP plan of a decoder layer's linear-attention block (``parallelize_module`` of the layer):
-    the block's input gathered from sequence shards, its projections split by head (column-wise),
-    ``out_proj`` row-wise back to sequence shards. ``distribute`` splits the rest."""
-    return {
-        "linear_attn": PrepareModuleInput(
-            input_kwarg_layouts={"hidden_states": Shard(1)}, desired_input_kwarg_layouts={"hidden_states": Replicate()},
-            use_local_output=True,
-        ),
-        **{name: style for proj in ("qkv", "z", "b", "a") for name, style in lora_tp_plan(layer, f"linear_attn.in_proj_{proj}", ColwiseParallel()).items()},
-        **lora_tp_plan(layer, "linear_attn.out_proj", RowwiseParallel(output_layouts=Shard(1))),
-    }  # fmt: skip
-
-
-def distribute(block: nn.Module, tp_mesh) -> None:
-    """Split ``block``'s remaining parameters over ``tp_mesh`` after ``tp_plan``: ``conv1d`` by
-    channel, ``dt_bias`` and ``A_log`` by value head (``Shard(0)``); the gated norm's weight
-    replicated. The block then gathers its heads' channels over the TP group in ``packed_forward``.
-    ``PolicyModel.parallelize`` has checked that the TP size divides both head counts."""
-    def partition(name: str, module: nn.Module, mesh) -> None:
-        targets = {"": ("dt_bias", "A_log"), "conv1d": ("weight",)}.get(name, ())
-        for key in targets:
-            param = module._parameters[key]
-            sharded = nn.Parameter(distribute_tensor(param.data, mesh, [Shard(0)]), requires_grad=param.requires_grad)
-            module.register_parameter(key, sharded)
-
-    distribute_module(block, tp_mesh, partition)
-    block.tp_group = tp_mesh.get_group()

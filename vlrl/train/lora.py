@@ -6,8 +6,8 @@ An adapted linear layer computes ``y = W x + (alpha / r) * B (A dropout(x))``: t
 gradients and optimizer state; every other weight (embeddings, norms, the LM head, the tower when
 no tower or merger pattern is given) stays bit-identical. A trainer's first weight push carries
 its whole base model, every later one the adapters alone (``vlrl.models.adapters``); a checkpoint
-adds a PEFT adapter folder (``save_adapter``), which ``merge_adapter`` turns back into a plain
-checkpoint folder on its base (what ``vlrl serve`` and ``vlrl eval`` do with an adapter folder).
+adds a PEFT adapter folder (``save_adapter``; the folder's I/O, and ``merge_adapter``, which
+turns it back into a plain checkpoint folder on its base, are ``train.checkpoint_io``'s).
 
 Where adapters go is chosen per part of the model by patterns, each a module name's dotted
 suffix, as PEFT's ``target_modules`` list matches them (``q_proj``, ``attn.qkv``, ``mlp.0``),
@@ -15,27 +15,28 @@ looked for only under that part's prefixes (``PARTS``). Every pattern must name 
 linear layer of the model, or the build fails naming the field and the layers it could have
 meant.
 
-Under tensor parallelism each adapter is split as its layer is (``tp_plan``), so a TP rank
-computes its share of ``y`` with the base's own communication.
+Under tensor parallelism each adapter is split as its layer is (``train.tensor_parallel``), so a
+TP rank computes its share of ``y`` with the base's own communication.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import torch
 from torch import nn
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module
-from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, SequenceParallel
 
-from vlrl.atomic import atomic_path
 from vlrl.config import ConfigError, Ge, Gt, Lt
 from vlrl.models.adapters import LORA_A, LORA_B
+from vlrl.train.checkpoint_io import save_adapter_folder
+
+if TYPE_CHECKING:
+    from encoders.spec import EncoderSpec
+    from vlrl.pack import Layout
 
 PARTS = {
     "llm_modules": ("model.language_model.",),
@@ -47,17 +48,6 @@ ADAPTER = "default"
 """PEFT's adapter name inside the trainer's modules (``...q_proj.lora_A.default.weight``)."""
 INIT_SEED = 0
 """Seed of the adapters' random ``A``: the replicas of a parameter on different ranks start equal."""
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-LINEAR_ATTENTION = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
-"""A gated DeltaNet layer's projections (Qwen3.5's ``linear_attn``): ``[q | k | v]``, the output
-gate ``z``, the per-head ``beta`` and decay inputs ``b`` and ``a``, and the output."""
-DEFAULT_LLM_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", *LINEAR_ATTENTION)
-"""The default ``llm_modules``: every projection of the LLM's attention (full and linear) and of
-its dense MLPs, those the family has (``target_modules`` passes over the others): Qwen2-VL,
-Qwen2.5-VL and Qwen3-VL have no linear attention; Qwen3-VL-MoE neither, and its sparse layers
-hold their experts as fused tensors, not linear layers, so its attention alone (experts and router
-frozen); Qwen3.5 all of them, its DeltaNet layers' projections included."""
 _PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
 
 
@@ -72,12 +62,13 @@ class LoRA:
         """Scale numerator: the adapters' output is multiplied by ``alpha / rank``."""
         dropout: Annotated[float, Ge(0), Lt(1)] = 0.0
         """Dropout on an adapter's input during training (0: the step is deterministic)."""
-        llm_modules: tuple[str, ...] = DEFAULT_LLM_MODULES
-        """Linear layers of the language model that get adapters (name suffixes). The default,
-        every attention and MLP projection, takes those the LLM has: on Qwen3.5 the DeltaNet
-        layers' too (``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``, ``out_proj``);
-        on Qwen3-VL-MoE, whose experts are fused tensors (no linear layers), the attention's alone,
-        and the experts and router stay frozen. A pattern given here must match."""
+        llm_modules: tuple[str, ...] | None = None
+        """Linear layers of the language model that get adapters (name suffixes). None: the
+        family's own (``ModelFamily.lora_llm_modules``), every attention and MLP projection the
+        LLM has: on Qwen3.5 the DeltaNet layers' too (``in_proj_qkv``, ``in_proj_z``,
+        ``in_proj_b``, ``in_proj_a``, ``out_proj``); on Qwen3-VL-MoE, whose experts are fused
+        tensors (no linear layers), the attention's alone, and the experts and router stay
+        frozen. A pattern given here must match."""
         tower_modules: tuple[str, ...] = ()
         """Linear layers of the vision tower's blocks that get adapters (``attn.qkv``, ``attn.proj``;
         the MLP's names differ by family: ``mlp.fc1``, ``mlp.up_proj``, ``mlp.linear_fc1``). Empty,
@@ -101,6 +92,8 @@ class LoRA:
         def check(self) -> None:
             for field_name in (*PARTS, "full_modules"):
                 patterns = getattr(self, field_name)
+                if patterns is None:  # llm_modules: the family's
+                    continue
                 for pattern in patterns:
                     if not _PATTERN.fullmatch(pattern):
                         raise ConfigError(
@@ -108,8 +101,16 @@ class LoRA:
                         )
                 if len(set(patterns)) != len(patterns):
                     raise ConfigError(field_name, patterns, "each pattern once")
-            if self.enabled and not (self.llm_modules or self.trains_tower):
+            if self.enabled and not (self.llm_modules is None or self.llm_modules or self.trains_tower):
                 raise ConfigError("llm_modules", self.llm_modules, "at least one pattern (in llm_modules, tower_modules or merger_modules) with rank > 0")
+
+        def check_fits(self, layout: Layout, encoder: EncoderSpec | None) -> None:
+            """What LoRA needs of the rest of the trainer (its ``layout`` and plug-in ``encoder``);
+            ConfigError naming the field."""
+            if layout.tp > 1 and self.dropout > 0:  # the TP ranks of a column-parallel layer share one input
+                raise ConfigError("lora.dropout", self.dropout, f"0 with layout.tp = {layout.tp}: TP ranks draw their own dropout masks")
+            if encoder is not None:
+                raise ConfigError("lora.rank", self.rank, "0 with a plug-in encoder (trainer.encoder): LoRA adapts the checkpoint's own tower")
 
         def build(self, model: nn.Module) -> LoRA:
             """Adapters injected into ``model`` (a family's transformers model) in place, every other
@@ -148,15 +149,21 @@ class LoRA:
                 raise ConfigError("full_modules", self.full_modules, "names of modules of the model", got=repr(missing[0]))
 
         def target_modules(self, model: nn.Module) -> list[str]:
-            """The names of the linear layers the patterns select, in module order."""
+            """The names of the linear layers the patterns select, in module order (``model``: a
+            registered family's transformers model)."""
+            from vlrl.models import family_of_type
+
             linear = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
             chosen: set[str] = set()
             for field_name, prefixes in PARTS.items():
                 in_part = [n for n in linear if n.startswith(prefixes)]
-                for pattern in getattr(self, field_name):
+                patterns = getattr(self, field_name)
+                if patterns is None:  # llm_modules: the family's
+                    patterns = family_of_type(model.config.model_type).lora_llm_modules
+                for pattern in patterns:
                     hits = [n for n in in_part if n == pattern or n.endswith("." + pattern)]
-                    if not hits and field_name == "llm_modules" and self.llm_modules == DEFAULT_LLM_MODULES:
-                        continue  # the default: the projections this family has
+                    if not hits and getattr(self, field_name) is None:
+                        continue  # the family's default: the projections this model has
                     if not hits:
                         leaves = sorted({re.sub(r"^.*?\.\d+\.|^(" + "|".join(map(re.escape, prefixes)) + ")", "", n) for n in in_part})
                         raise ConfigError(
@@ -223,132 +230,17 @@ class LoRA:
     # ---- the PEFT folder
 
     def save_adapter(self, path: Path, state: Mapping[str, torch.Tensor], base_model: str) -> Path:
-        """A PEFT adapter folder at ``path`` (``adapter_config.json``, ``adapter_model.safetensors``)
-        that ``peft.PeftModel.from_pretrained(family_model, path)`` loads; ``state``: the trainer's
+        """A PEFT adapter folder at ``path`` (``checkpoint_io.save_adapter_folder``) that
+        ``peft.PeftModel.from_pretrained(family_model, path)`` loads; ``state``: the trainer's
         unsharded named tensors; ``base_model``: the checkpoint the adapters sit on."""
-        from safetensors.torch import save_file
-
-        path.mkdir(parents=True, exist_ok=True)
         tensors = {
-            "base_model.model." + name.replace(f".{ADAPTER}.", "."): value.contiguous()
+            "base_model.model." + name.replace(f".{ADAPTER}.", "."): value
             for name, value in state.items()
             if f".lora_A.{ADAPTER}." in name or f".lora_B.{ADAPTER}." in name or name in self.full
         }
-        with atomic_path(path / ADAPTER_WEIGHTS) as tmp:
-            save_file(tensors, str(tmp), metadata={"format": "pt"})
         settings = self.peft_config.to_dict()
-        base = Path(base_model)  # a local folder by its absolute path: the adapters are found from anywhere
         settings.update(
-            base_model_name_or_path=str(base.resolve()) if base.is_dir() else str(base_model), target_modules=sorted(self.targets),
+            base_model_name_or_path=str(base_model), target_modules=sorted(self.targets),
             modules_to_save=list(self.config.full_modules) or None,
         )  # fmt: skip
-        with atomic_path(path / ADAPTER_CONFIG) as tmp:
-            tmp.write_text(json.dumps(settings, indent=2, default=_jsonable))
-        return path
-
-
-def is_adapter_folder(path: str | Path) -> bool:
-    """Whether ``path`` is a PEFT adapter folder (it holds ``adapter_config.json``)."""
-    return (Path(path) / ADAPTER_CONFIG).is_file()
-
-
-def adapter_base(adapter: str | Path) -> Path:
-    """The base checkpoint folder a PEFT adapter folder records (``base_model_name_or_path``);
-    FileNotFoundError when that is no checkpoint folder here."""
-    base = json.loads((Path(adapter) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path") or ""
-    if not (Path(base) / "config.json").is_file():
-        raise FileNotFoundError(
-            f"{adapter}: its base model {base!r} (adapter_config.json's base_model_name_or_path) is not a checkpoint"
-            " folder here; give the base as the model and the adapter folder beside it (--adapter)"
-        )
-    return Path(base)
-
-
-def merge_adapter(adapter: str | Path, out: str | Path, base: str | Path | None = None) -> Path:
-    """A plain checkpoint folder at ``out``: the PEFT adapter folder ``adapter`` merged by PEFT
-    (``merge_and_unload``: every adapted weight ``W + scale B A``, ``modules_to_save`` as trained)
-    into ``base`` (default: the base the folder records), in the base's family layout and dtype,
-    with the base's processor and config files. Loads in float32 whatever the base's dtype."""
-    from peft import PeftModel
-    from safetensors.torch import save_file
-
-    from vlrl.models import family_of
-    from vlrl.train.trainer import HF_FILES
-
-    base = Path(base) if base is not None else adapter_base(adapter)
-    out = Path(out)
-    family = family_of(str(base))
-    model = family.load(base)
-    dtype = getattr(model.config, "dtype", None) or torch.float32
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    out.mkdir(parents=True, exist_ok=True)
-    weights = {
-        name: family.checkpoint_tensor(name, value.to(dtype) if value.is_floating_point() else value).contiguous()
-        for name, value in merged.state_dict().items()
-    }
-    storages: set[int] = set()
-    for name, value in weights.items():  # tied weights: safetensors stores each name's bytes once
-        if value.untyped_storage().data_ptr() in storages:
-            weights[name] = value.clone()
-        storages.add(weights[name].untyped_storage().data_ptr())
-    with atomic_path(out / "model.safetensors") as tmp:
-        save_file(weights, str(tmp), metadata={"format": "pt"})
-    for name in HF_FILES:
-        if (base / name).exists():
-            with atomic_path(out / name) as tmp:
-                tmp.write_bytes((base / name).read_bytes())
-    return out
-
-
-def tp_plan(parent: nn.Module, name: str, style: ColwiseParallel | RowwiseParallel) -> dict[str, ParallelStyle]:
-    """The TP plan of ``parent``'s linear layer ``name``: ``{name: style}``, or, when the layer is
-    a PEFT LoRA layer (``y = W x + s B A x``), ``style`` on its frozen ``base_layer`` and its
-    adapters split so that each rank's share of ``y`` needs no other communication than the base's:
-
-    * column-parallel (``W`` split on its output dim; the input ``x`` a replicated DTensor):
-      ``A`` ``(r, in)`` replicated, ``B`` column-parallel ``(out / tp, r)``: rank ``k``'s output
-      columns get ``B_k (A x)``;
-    * row-parallel (``W`` split on its input dim, ``x`` this rank's slice of it, the output
-      reduce-scattered to sequence shards; ``style`` must say ``output_layouts=Shard(1)``):
-      ``A`` row-parallel ``(r, in / tp)``, its partial sums ``A_k x_k`` reduce-scattered to this
-      rank's tokens as the base's are, then ``B`` ``(out, r)`` replicated, applied token by token.
-
-    Each product is then the single-process one but for the order of the sums over the TP split
-    (parallel == serial to float rounding), and the extra traffic is the rank-``r`` intermediate
-    of the row-parallel layers. Keeping both adapters replicated instead would gather a
-    row-parallel layer's whole input (the MLP's width) on every rank and slice its output. The
-    replicated adapter's gradient is summed over the TP ranks by DTensor, as a norm's is."""
-    module = parent.get_submodule(name)
-    if not hasattr(module, "base_layer"):
-        return {name: style}
-    a, b = f"{name}.lora_A.{ADAPTER}", f"{name}.lora_B.{ADAPTER}"
-    if isinstance(style, ColwiseParallel):
-        return {f"{name}.base_layer": style, a: _Replicated(), b: ColwiseParallel()}
-    return {f"{name}.base_layer": style, a: RowwiseParallel(output_layouts=Shard(1)), b: SequenceParallel(use_local_output=True)}
-
-
-class _Replicated(ParallelStyle):
-    """Parameters replicated over the TP mesh. The input is a replicated DTensor (a full-attention
-    block's, ``PrepareModuleInput``) or a plain tensor every TP rank holds alike (a DeltaNet block
-    takes its input as a local tensor, ``linear_attention.tp_plan``): that is taken as a replicated
-    DTensor, whose backward sums the TP ranks' partial input gradients, as the base layer's
-    ``ColwiseParallel`` does with the same input."""
-
-    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
-        return distribute_module(module, device_mesh, input_fn=_replicated_input)
-
-
-def _replicated_input(module: nn.Module, inputs: tuple, device_mesh) -> tuple:
-    def replicated(x):
-        plain = isinstance(x, torch.Tensor) and not isinstance(x, DTensor)
-        return DTensor.from_local(x, device_mesh, [Replicate()], run_check=False) if plain else x
-
-    return tuple(replicated(x) for x in inputs)
-
-
-def _jsonable(value: object) -> object:
-    """What ``LoraConfig.to_dict`` holds that JSON lacks (sets, enums)."""
-    if isinstance(value, set):
-        return sorted(value)
-    return getattr(value, "value", str(value))
+        return save_adapter_folder(path, tensors, settings)

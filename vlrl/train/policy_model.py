@@ -14,10 +14,10 @@ LLM backbone is the model's own modules, called layer by layer on one CP window:
 5. final norm and LM head; logits come back sequence-sharded with the whole vocabulary.
 
 Parallelism uses PyTorch's engines: DTensor ``parallelize_module`` with the torchtitan plan
-(norms ``SequenceParallel``; q/k/v, gate/up column-wise; o/down row-wise back to sequence
-shards; a linear-attention block's heads as ``linear_attention.tp_plan`` splits them; embeddings
-row-wise; LM head column-wise, then redistributed from vocab shards to sequence shards; LoRA
-adapters split as their layers are, ``lora.tp_plan``), and FSDP2 ``fully_shard`` of
+(``train.tensor_parallel``: norms ``SequenceParallel``; q/k/v, gate/up column-wise; o/down
+row-wise back to sequence shards; a linear-attention block's heads split; embeddings row-wise;
+LM head column-wise, then redistributed from vocab shards to sequence shards; LoRA adapters
+split as their layers are), and FSDP2 ``fully_shard`` of
 every layer, the embeddings, the final norm and the head over the flattened DP x CP mesh with
 summed (not averaged) gradients. Under expert parallelism (``layout.ep``) each sparse layer's
 experts are split over the EP group first (a DTensor ``Shard(0)`` over the expert mesh's ``ep``
@@ -36,14 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
-from torch.distributed.tensor.parallel import (
-    ColwiseParallel,
-    PrepareModuleInput,
-    RowwiseParallel,
-    SequenceParallel,
-    parallelize_module,
-)
+from torch.distributed.tensor import DTensor, Shard, distribute_module, distribute_tensor
 from transformers import AutoProcessor, PreTrainedModel
 
 from encoders.protocol import VisionEncoder
@@ -51,10 +44,10 @@ from encoders.spec import STATE_PREFIX
 from vlrl.models import family_of
 from vlrl.train import linear_attention
 from vlrl.train.linear_attention import reset_at_segment_borders
-from vlrl.train.lora import tp_plan
-from vlrl.train.moe import RoutedExperts, balance_loss, route_through_trainer
+from vlrl.train.moe import balance_loss, route_through_trainer
 from vlrl.train.packed_attention import ATTENTION_NAME, PackedMask
 from vlrl.train.parallel import Parallel
+from vlrl.train.tensor_parallel import parallelize_language_model
 
 ENCODER_PREFIX = "model.visual."
 """Where a checkpoint of every supported family keeps the vision tower's weights."""
@@ -112,7 +105,7 @@ class PolicyModel(nn.Module):
                 raise ValueError(f"tp={layout.tp} does not divide the model's {count} {name}")
         if layout.tp > 1:
             frozen = {name for name, param in self.named_parameters() if not param.requires_grad}
-            self._apply_tp(parallel.tp_mesh, experts=layout.ep == 1)
+            parallelize_language_model(self.lm, self.model.lm_head, parallel.tp_mesh, experts=layout.ep == 1)
             for name, param in self.named_parameters():  # SequenceParallel's replicated norms come back
                 param.requires_grad_(name not in frozen)  # trainable; LoRA's frozen ones must stay frozen
         if layout.ep > 1:
@@ -133,54 +126,6 @@ class PolicyModel(nn.Module):
             fully_shard(block.experts, mesh=experts["edp"], reshard_after_forward=False)
             block.experts.set_gradient_divide_factor(1.0)
             block.experts.set_force_sum_reduction_for_comms(True)
-
-    def _apply_tp(self, tp_mesh, experts: bool = True) -> None:
-        """``experts``: whether the routed experts are replicated over TP here (not under EP, which splits them)."""
-        parallelize_module(self.lm, tp_mesh, {
-            "embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-            "norm": SequenceParallel(),
-        })  # fmt: skip
-        parallelize_module(
-            self.model.lm_head, tp_mesh, ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)
-        )
-        for layer in self.lm.layers:
-            sparse = isinstance(layer.mlp, RoutedExperts)
-            if sparse:  # each TP rank routes its own tokens through whole experts (``train.moe``)
-                distribute_module(layer.mlp if experts else layer.mlp.gate, tp_mesh)
-                layer.mlp.tp_group = tp_mesh.get_group()
-            mlp = {
-                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Shard(1),), use_local_output=True),
-            } if sparse else {
-                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-                **tp_plan(layer, "mlp.gate_proj", ColwiseParallel()),
-                **tp_plan(layer, "mlp.up_proj", ColwiseParallel()),
-                **tp_plan(layer, "mlp.down_proj", RowwiseParallel(output_layouts=Shard(1))),
-            }  # fmt: skip
-            linear = getattr(layer, "linear_attn", None) is not None  # a DeltaNet layer (Qwen3.5)
-            attention = linear_attention.tp_plan(layer) if linear else {
-                "self_attn": PrepareModuleInput(
-                    input_kwarg_layouts={"hidden_states": Shard(1)}, desired_input_kwarg_layouts={"hidden_states": Replicate()}
-                ),
-                **tp_plan(layer, "self_attn.q_proj", ColwiseParallel()),
-                **tp_plan(layer, "self_attn.k_proj", ColwiseParallel()),
-                **tp_plan(layer, "self_attn.v_proj", ColwiseParallel()),
-                **tp_plan(layer, "self_attn.o_proj", RowwiseParallel(output_layouts=Shard(1))),
-                # Qwen3's per-head q/k norms see this rank's heads, (B, T, heads / tp, head_dim):
-                # the weight is replicated and its gradient summed over the TP ranks' heads.
-                **{
-                    f"self_attn.{norm}": SequenceParallel(sequence_dim=2, use_local_output=True)
-                    for norm in ("q_norm", "k_norm")
-                    if hasattr(layer.self_attn, norm)
-                },
-            }  # fmt: skip
-            parallelize_module(layer, tp_mesh, {
-                "input_layernorm": SequenceParallel(),
-                **attention,
-                "post_attention_layernorm": SequenceParallel(),
-                **mlp,
-            })  # fmt: skip
-            if linear:
-                linear_attention.distribute(layer.linear_attn, tp_mesh)
 
     # ---- forward
 

@@ -17,7 +17,6 @@ Non-finite losses and gradient norms stop every rank together with the micro-bat
 from __future__ import annotations
 
 import copy
-import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,12 +27,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from encoders.protocol import VisionEncoder
 from encoders.spec import ENCODER_DIR, STATE_PREFIX, EncoderSpec, ResolvedEncoder
-from vlrl.atomic import atomic_path, fsync
+from vlrl.atomic import fsync
 from vlrl.config import ConfigError, Ge
 from vlrl.models import family_of
 from vlrl.pack import Layout, MicroBatchPlanner, PackedWindow, new_tp_group, packer_for_rank
@@ -41,7 +39,7 @@ from vlrl.pack.packed import PAD_SEGMENT_ID
 from vlrl.pack.packer import PackError
 from vlrl.records import FIELDS, SeqMeta, pad_value
 from vlrl.store import StoreError
-from vlrl.train.checkpoint_io import TRAINER_FILE, load_sharded, load_trainer_file, save_trainer_file
+from vlrl.train.checkpoint_io import ADAPTER_DIR, TRAINER_FILE, load_sharded, load_trainer_file, save_hf_folder, save_trainer_file
 from vlrl.train.encode_step import StepEncoder
 from vlrl.train.lora import LoRA
 from vlrl.train.loss import LossOutput, NonFiniteLossError, Normaliser, PolicyLoss
@@ -57,11 +55,6 @@ from vlrl.train.step_images import step_images
 from vlrl.train.targets import MicroBatchInputs, micro_batch_inputs
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
-HF_FILES = ("config.json", "generation_config.json", "preprocessor_config.json", "tokenizer.json",
-            "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "processor_config.json")  # fmt: skip
-"""Non-weight files of a checkpoint folder, copied so a saved step loads like the original."""
-ADAPTER_DIR = "adapter"
-"""Where a LoRA trainer's checkpoint keeps its PEFT adapter folder (``hf/`` holds the merged weights)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -122,7 +115,7 @@ class Trainer:
             except ConfigError as error:
                 raise error.under("layout") from None
             if self.lora.enabled:
-                check_lora_fits(self.lora, layout, self.encoder)
+                self.lora.check_fits(layout, self.encoder)
             return Trainer(self, model_path=model_path, store=store, layout=layout, encoder=encoder, steps=steps)
 
     def __init__(
@@ -490,13 +483,7 @@ class Trainer:
                 weights = {k: v for k, v in weights.items() if not k.startswith(STATE_PREFIX)}
                 weights.update(self.model.tower_state())
                 self.model.encoder.save_pretrained(hf / ENCODER_DIR)
-            with atomic_path(hf / "model.safetensors") as tmp:
-                family = family_of(self.model_path)  # a checkpoint file's layout, which vLLM reads too
-                save_file({k: family.checkpoint_tensor(k, v).contiguous() for k, v in weights.items()}, str(tmp))
-            for name in HF_FILES:
-                if (Path(self.model_path) / name).exists():
-                    with atomic_path(hf / name) as tmp:
-                        shutil.copy(Path(self.model_path) / name, tmp)
+            save_hf_folder(hf, weights, family_of(self.model_path), source=self.model_path)
             save_trainer_file(path / TRAINER_FILE, self.step_count, extra or {})
         dist.barrier()
         return path
@@ -516,14 +503,6 @@ class Trainer:
         self._encoder.close()
         if self._ref_encoder is not None:
             self._ref_encoder.close()
-
-
-def check_lora_fits(lora: LoRA.Config, layout: Layout, encoder: EncoderSpec | None) -> None:
-    """What LoRA needs of the rest of the trainer; ConfigError naming the field."""
-    if layout.tp > 1 and lora.dropout > 0:  # the TP ranks of a column-parallel layer share one input
-        raise ConfigError("lora.dropout", lora.dropout, f"0 with layout.tp = {layout.tp}: TP ranks draw their own dropout masks")
-    if encoder is not None:
-        raise ConfigError("lora.rank", lora.rank, "0 with a plug-in encoder (trainer.encoder): LoRA adapts the checkpoint's own tower")
 
 
 class StepInputsLost(RuntimeError):

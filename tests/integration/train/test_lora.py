@@ -1,6 +1,6 @@
 """LoRA (issue 38) on gloo processes, on every family's tiny build: one step under DP 2 (FSDP2),
-CP 2 and TP 2 (adapters split as their layers, ``lora.tp_plan``; Qwen3.5's DeltaNet projections
-too) equals a plain single-process Hugging Face + PEFT forward of each sequence (loss, adapter
+CP 2 and TP 2 (adapters split as their layers, ``tensor_parallel.linear``; Qwen3.5's DeltaNet
+projections too) equals a plain single-process Hugging Face + PEFT forward of each sequence (loss, adapter
 gradients, adapters after the step; Qwen3-VL-MoE's float32 routing and Qwen3.5's float32 DeltaNet
 path within their full-weight tests' bounds, ``TOLERANCES``), every frozen weight stays
 bit-identical, a push (gathered from DP or TP shards) carries only the adapters (the first one
@@ -33,8 +33,8 @@ from vlrl.models.adapters import LORA_A, LORA_B
 from vlrl.pack import Layout
 from vlrl.rollout.engine.images import preprocess
 from vlrl.rollout.engine.runner import ModelRunner
-from vlrl.train.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LoRA
-from vlrl.train.trainer import ADAPTER_DIR
+from vlrl.train.checkpoint_io import ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS
+from vlrl.train.lora import LoRA
 
 LORAS = {
     "qwen2_vl": LoRA.Config(rank=4, alpha=8, tower_modules=("attn.qkv",), merger_modules=("mlp.0",),

