@@ -52,11 +52,18 @@ def _present(curve: Curve) -> Iterator[Curve]:
 
 
 def pool_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
-    sweep = [p for p in result.get("sweep", []) if "failed" not in p]
-    for y, label in (("throughput", "episodes/s"), ("rss_mb", "RSS of Ray processes (MB)"), ("gcs_fds", "GCS fds")):
+    sweep = result.get("sweep", [])
+    figures = (
+        ("episodes_per_s", "episodes/s"),
+        ("rss_mb_per_instance", "RSS of Ray processes per instance (MB)"),
+        ("processes", "Ray processes"),
+        ("gcs_fds", "GCS fds"),
+    )
+    for y, label in figures:
         yield from _present(Curve(
-            "pool", f"sweep_{y}", f"one actor per rollout: {label} vs concurrent episodes", "concurrent episodes",
-            label, {"one actor per rollout": _points(sweep, "episodes", y)},
+            "pool", f"sweep_{y}", f"{label} vs concurrent episodes (Pillow desktop)", "concurrent episodes", label,
+            {name: _points([{"episodes": p["episodes"], **p.get(scheme, {})} for p in sweep], "episodes", y)
+             for name, scheme in (("Harness Pool (4 hosts)", "pool"), ("one actor per rollout", "per_rollout"))},
         ))  # fmt: skip
 
 

@@ -15,8 +15,9 @@ Runs:
 - (c) a fixed pool of K plain actors (``ray.util.ActorPool``, the shape of a framework's fixed
   agent-loop workers), each running one episode at a time, started before the timer;
 - (d) the pool at N with harness calls made on the host's event loop instead of threads;
-- (e) ``sweep``: one actor per rollout at growing N, until the machine refuses or the largest N
-  of the size, with actors, GCS descriptors, memory and throughput at each point.
+- (e) ``sweep``: the pool against one actor per rollout at growing N of concurrent Pillow-desktop
+  episodes (64, 256, 1,024; ``smoke``: 8, 16), until the per-rollout actors fail or the machine's
+  memory would end (``pool_scale``).
 
 (a) at N and 8 x N, (b), (c) and (d) are repeated ``runs`` times in rotated order: episodes/s as
 min / median / max, ratios of medians (the sweep's points are single runs, for their scale).
@@ -36,28 +37,25 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import threading
 import time
-from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import ray
 
+from vlrl.bench.pool_scale import scale_sweep
 from vlrl.bench.process_cpu import cpu_between, tree_cpu
+from vlrl.bench.ray_sampler import RaySampler, ray_processes
 from vlrl.bench.spread import spread
 from vlrl.harness import Action, Harness, HarnessError, Observation, StepResult, register
 from vlrl.mm import encode_image
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode
 
 SIZES = {
-    "smoke": {"n": 12, "steps": (4, 8), "io_median_s": 0.1, "runs": 1, "sweep": (8, 12), "hop_calls": 0},
-    "small": {"n": 24, "steps": (15, 30), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48), "hop_calls": 20},
-    "full": {
-        "n": 48, "steps": (15, 50), "io_median_s": 0.03, "runs": 5, "sweep": (24, 48, 96, 192, 384), "hop_calls": 20
-    },
+    "smoke": {"n": 12, "steps": (4, 8), "io_median_s": 0.1, "runs": 1, "sweep": (8, 16), "hop_calls": 0},
+    "small": {"n": 24, "steps": (15, 30), "io_median_s": 0.03, "runs": 5, "sweep": (64, 256, 1024), "hop_calls": 20},
+    "full": {"n": 48, "steps": (15, 50), "io_median_s": 0.03, "runs": 5, "sweep": (64, 256, 1024), "hop_calls": 20},
 }
 SCREEN = (240, 320)
 
@@ -164,66 +162,6 @@ def harness_core_ms(n: int, workload: dict[str, Any]) -> float:
     started = time.thread_time()
     steps = sum(play_alone(seed, {**workload, "io_median_s": 1e-6}) for seed in range(n))
     return 1e3 * (time.thread_time() - started) / steps
-
-
-class RaySampler:
-    """Samples descriptors and memory of Ray's processes from /proc while a run goes on."""
-
-    def __init__(self, period_s: float = 0.2) -> None:
-        self._period = period_s
-        self._stop = threading.Event()
-        self.peak = {"gcs_fds": 0, "total_fds": 0, "rss_mb": 0.0, "processes": 0}
-        self.cpu_s = 0.0
-        """CPU seconds the sampling thread used (it runs in the driver, whose CPU a run counts)."""
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> RaySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            started = time.thread_time()
-            sample = ray_processes()
-            for key, value in sample.items():
-                self.peak[key] = max(self.peak[key], value)
-            self.cpu_s += time.thread_time() - started
-            self._stop.wait(self._period)
-
-
-def ray_processes() -> dict[str, float]:
-    """Descriptors, memory and count of the Ray processes this process started (its GCS, raylet
-    and workers: its descendants), so another Ray on the machine is never counted."""
-    status: dict[int, str] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                status[int(proc.name)] = (proc / "status").read_text()
-            except (FileNotFoundError, PermissionError, ProcessLookupError):
-                continue
-    children: dict[int, list[int]] = defaultdict(list)
-    for pid, text in status.items():
-        children[next((int(line.split()[1]) for line in text.splitlines() if line.startswith("PPid:")), 0)].append(pid)
-    gcs_fds = total_fds = processes = rss = 0
-    stack = list(children[os.getpid()])
-    while stack:
-        pid = stack.pop()
-        stack.extend(children[pid])
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            fds = len(os.listdir(f"/proc/{pid}/fd"))
-        except (FileNotFoundError, PermissionError, ProcessLookupError):
-            continue
-        rss += next((int(line.split()[1]) for line in status[pid].splitlines() if line.startswith("VmRSS:")), 0)
-        total_fds += fds
-        processes += 1
-        if cmdline[0].endswith(b"gcs_server"):
-            gcs_fds = fds
-    return {"gcs_fds": gcs_fds, "total_fds": total_fds, "rss_mb": rss / 1024, "processes": processes}
 
 
 def _run_pool(n: int, workload: dict[str, Any], total_hosts: int, on_threads: bool) -> dict[str, Any]:
@@ -379,21 +317,6 @@ def _ray_hop(loops: int, calls: int, io_median_s: float) -> dict[str, float]:
     return {"core_ms_per_call": 1e3 * sum(used[pid] for pid in pids) / (loops * calls), "calls": loops * calls}
 
 
-def _sweep(points: tuple[int, ...], workload: dict[str, Any], measured: dict[int, dict]) -> list[dict[str, Any]]:
-    """One actor per rollout at each N, until a start fails (the failure is the last point); an N
-    already ``measured`` (the timed runs) is reported from its first run, not run again."""
-    out = []
-    for n in points:
-        try:
-            point = measured[n] if n in measured else _run_per_rollout(n, workload)
-        except Exception as error:  # the machine's limit: fds, memory or the GCS
-            out.append({"episodes": n, "failed": f"{type(error).__name__}: {error}"[:300]})
-            break
-        out.append({"episodes": n, **{k: point[k] for k in ("actors", "gcs_fds", "rss_mb", "startup_s")},
-                    "throughput": point["episodes_per_s"]})  # fmt: skip
-    return out
-
-
 def run(size: str) -> dict[str, Any]:
     n, steps, runs = SIZES[size]["n"], SIZES[size]["steps"], SIZES[size]["runs"]
     workload = {"min_steps": steps[0], "max_steps": steps[1], "io_median_s": SIZES[size]["io_median_s"]}
@@ -415,7 +338,7 @@ def run(size: str) -> dict[str, Any]:
             names = list(schemes)
             for name in names[rep % len(names) :] + names[: rep % len(names)]:
                 measured[name].append(schemes[name]())
-        sweep = _sweep(SIZES[size]["sweep"], workload, {n: measured["per_rollout"][0]})
+        sweep = scale_sweep(SIZES[size]["sweep"])
         hop = _ray_hop(n, SIZES[size]["hop_calls"], workload["io_median_s"]) if SIZES[size]["hop_calls"] else None
         harness = harness_core_ms(n, workload)
     finally:

@@ -29,10 +29,17 @@ def test_pool_bench_shows_fixed_actors_flat_gcs_descriptors_and_the_baselines_me
     for scheme, roles in roles_of.items():
         assert all(result[scheme][f"{role}_core_ms_per_step"]["min"] > 0 for role in roles), result[scheme]
     sweep = result["sweep"]
-    assert [point["episodes"] for point in sweep] == [8, 12]  # 12: the timed run's (b), not run again
-    assert all(point["actors"] == point["episodes"] for point in sweep)
-    assert sweep[1]["gcs_fds"] > sweep[0]["gcs_fds"]  # one descriptor (or more) per actor
-    # The report plots the sweep: each curve has a point per N.
+    assert [point["episodes"] for point in sweep] == [8, 16]
+    for point in sweep:  # the same desktop episodes in both schemes, every per-rollout actor started
+        pool, per_rollout = point["pool"], point["per_rollout"]
+        assert pool["steps_played"] == per_rollout["steps_played"] >= point["episodes"], point
+        assert 1 <= pool["instances"] <= point["episodes"]
+    # The pool's processes stay flat as N doubles; one actor per rollout adds a process per episode.
+    assert abs(sweep[1]["pool"]["processes"] - sweep[0]["pool"]["processes"]) <= 2
+    assert sweep[1]["per_rollout"]["processes"] >= sweep[0]["per_rollout"]["processes"] + 6
+    assert sweep[1]["per_rollout"]["rss_mb_per_instance"] > 2 * sweep[1]["pool"]["rss_mb_per_instance"]
+    # The report plots the sweep: each scheme's curve has a point per N.
     curves = {curve.name: curve for curve in curves_of("pool", result)}
-    assert curves["sweep_gcs_fds"].series["one actor per rollout"] == [(8, sweep[0]["gcs_fds"]), (12, sweep[1]["gcs_fds"])]
-    assert {"sweep_throughput", "sweep_rss_mb"} <= curves.keys()
+    assert curves["sweep_gcs_fds"].series["one actor per rollout"] == [(p["episodes"], p["per_rollout"]["gcs_fds"]) for p in sweep]
+    assert [x for x, _ in curves["sweep_processes"].series["Harness Pool (4 hosts)"]] == [8, 16]
+    assert {"sweep_episodes_per_s", "sweep_rss_mb_per_instance"} <= curves.keys()
