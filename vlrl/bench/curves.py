@@ -55,7 +55,7 @@ def pool_curves(result: Mapping[str, Any]) -> Iterator[Curve]:
     sweep = result.get("sweep", [])
     figures = (
         ("episodes_per_s", "episodes/s"),
-        ("rss_mb_per_instance", "RSS of Ray processes per instance (MB)"),
+        ("pss_mb_per_instance", "PSS of Ray processes per instance (MB)"),
         ("processes", "Ray processes"),
         ("gcs_fds", "GCS fds"),
     )

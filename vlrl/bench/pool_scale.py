@@ -6,21 +6,25 @@ most ``MAX_STEPS`` steps) all started together. One actor per rollout starts its
 batches and stops before the machine's memory would end (``RESERVE_GIB`` kept free for everyone
 else, the next batch's need estimated from the memory the actors so far took) or where Ray
 refuses; that point is reported, and larger N are not tried for it. Figures per point: Ray
-processes and their peak memory, the GCS's descriptors, memory per instance (all Ray processes'
-peak over N), episodes/s once started, start-up, and for the pool the harness instances its env
-hosts held (warm ones are reused, so it is the most that were open at once).
+processes and their peak RSS, the GCS's descriptors, memory per instance (the PSS of all Ray
+processes once every episode has played, its instances still held, over N: RSS would count the
+libraries N processes share N times), episodes/s once started, start-up, and for the pool the
+harness instances its env hosts held (warm ones are reused, so it is the most that were open at
+once). Each point starts once the previous point's processes have exited.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from typing import Any
 
 import ray
 
-from vlrl.bench.ray_sampler import RaySampler
+from vlrl.bench.proc_memory import memory_mb, tree_memory_mb
+from vlrl.bench.ray_sampler import RaySampler, ray_processes
 from vlrl.harness import Action, resolve
 from vlrl.pool import HarnessPool, HostBudget, HostConfig, ScriptedEpisode
 
@@ -83,8 +87,8 @@ def pool_point(n: int) -> dict[str, Any]:
         outcomes = asyncio.run(pool.run_many([(e, {"codebase": CODEBASE, "env_settings": SETTINGS}) for e in episodes]))
         wall = time.perf_counter() - started
         instances = sum(ray.get([host.instances.remote() for host in pool.envs[CODEBASE].hosts()]))
+        held = ray_pss_mb()
         pool.shutdown()
-    time.sleep(2.0)  # let the hosts' processes exit before the next point is sampled
     failed = [o for o in outcomes if o.status != "ok"]
     if failed:
         raise RuntimeError(f"pool scale sweep at N = {n}: {len(failed)} episodes failed, first: {failed[0].error}")
@@ -92,7 +96,7 @@ def pool_point(n: int) -> dict[str, Any]:
         "instances": instances,
         "steps_played": sum(o.value.steps for o in outcomes),
         "startup_s": startup,
-        **_figures(n, wall, sampler),
+        **_figures(n, wall, held, sampler),
     }
 
 
@@ -125,33 +129,50 @@ def per_rollout_point(n: int) -> dict[str, Any]:
             started = time.perf_counter()
             steps = sum(ray.get([actor.run.remote(seed) for seed, actor in enumerate(actors)]))
             wall = time.perf_counter() - started
+            held = ray_pss_mb()
         for actor in actors:
             ray.kill(actor)
-    time.sleep(2.0)
     if stopped is not None:
         return {"stopped": stopped, "actors_started": len(actors), "startup_s": startup, "rss_mb": sampler.peak["rss_mb"]}
-    return {"steps_played": steps, "startup_s": startup, **_figures(n, wall, sampler)}
+    return {"steps_played": steps, "startup_s": startup, **_figures(n, wall, held, sampler)}
 
 
-def _figures(n: int, wall: float, sampler: RaySampler) -> dict[str, Any]:
+def ray_pss_mb() -> float:
+    """PSS of every Ray process this process started (its descendants)."""
+    return tree_memory_mb([os.getpid()]) - memory_mb()["pss_mb"]
+
+
+def _figures(n: int, wall: float, pss_mb: float, sampler: RaySampler) -> dict[str, Any]:
     peak = sampler.peak
     return {
         "processes": peak["processes"],
         "gcs_fds": peak["gcs_fds"],
         "rss_mb": peak["rss_mb"],
-        "rss_mb_per_instance": peak["rss_mb"] / n,
+        "pss_mb": pss_mb,
+        "pss_mb_per_instance": pss_mb / n,
         "episodes_per_s": n / wall,
     }
+
+
+def _settle(processes: int, timeout_s: float = 120.0) -> None:
+    """Wait until Ray's processes are back to ``processes`` (killed actors take a while to exit),
+    so one point's leftovers are not counted in the next."""
+    deadline = time.monotonic() + timeout_s
+    while ray_processes()["processes"] > processes and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def scale_sweep(points: tuple[int, ...]) -> list[dict[str, Any]]:
     """Each N of ``points``: the pool's figures and one actor per rollout's, or where it stopped."""
     out: list[dict[str, Any]] = []
     stopped_at = None
+    idle = ray_processes()["processes"]
     for n in points:
         point: dict[str, Any] = {"episodes": n, "pool": pool_point(n)}
+        _settle(idle)
         if stopped_at is None:
             point["per_rollout"] = per_rollout_point(n)
+            _settle(idle)
             if "stopped" in point["per_rollout"]:
                 stopped_at = n
         else:
