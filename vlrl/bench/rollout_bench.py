@@ -21,6 +21,7 @@ vLLM must be importable where Ray's workers run, so the run takes the vLLM envir
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import statistics
 import sys
@@ -66,16 +67,9 @@ def run(size: str, *, episodes: int | None = None, reps: int | None = None) -> d
     skipped = {"vllm": why} if (why := vllm_missing()) else {}
     main = configs["embedded"]
     assert all(c.tiny == main.tiny and c.sources == main.sources for c in configs.values()), "not the same job"
-    started_ray = main.ray.ensure()
-    try:
-        with tempfile.TemporaryDirectory(prefix="vlrl-bench-rollout-") as folder:
-            model_path = str(main.tiny.build(Path(folder) / "tiny"))
-            measured = _measure({n: c for n, c in configs.items() if n not in skipped}, model_path, episodes, reps)
-    finally:
-        if started_ray:
-            import ray
-
-            ray.shutdown()
+    with tempfile.TemporaryDirectory(prefix="vlrl-bench-rollout-") as folder:
+        tiny = str(Path(folder) / "tiny")
+        measured = _measure({n: c for n, c in configs.items() if n not in skipped}, tiny, episodes, reps)
     out: dict[str, Any] = {
         "workload": "examples/train_click.py: click-target 160x120, 1 turn, <= 40 tokens, temperature 1.0",
         "recipes": {name: spec for name, spec in RECIPES.items()},
@@ -93,34 +87,26 @@ def run(size: str, *, episodes: int | None = None, reps: int | None = None) -> d
     return out
 
 
-def _measure(configs: dict[str, Any], model_path: str, episodes: int, reps: int) -> dict[str, Any]:
-    """Per engine: its replica and Harness Pool built once, a warm-up round, then ``reps`` timed rounds."""
+def _measure(configs: dict[str, Any], tiny: str, episodes: int, reps: int) -> dict[str, Any]:
+    """Per engine: its rollout runtime (replica, store, Harness Pool; the one tiny build, made in
+    ``tiny`` by the first) started once, a warm-up round, then ``reps`` timed rounds."""
     import ray
 
-    from vlrl.rollout.loop_setup import LoopSetup
+    from vlrl.job.rollout_runtime import RolloutRuntime
 
-    engines, pools, stores = {}, {}, {}
-    try:
+    with contextlib.ExitStack() as started:
+        runtimes = {}
         for name, config in configs.items():
-            engines[name] = config.engine.build(model_path=model_path)
-            ray.get(engines[name].stats.remote())  # started and answering
-            stores[name] = config.store.build()
-            setup = LoopSetup(model_path, (engines[name],), stores[name], config.client, ())
-            pools[name] = config.pool.build(loop_setup=setup)
-            asyncio.run(_round(pools[name], stores[name], config, episodes=2, seed=SEED - 2))  # warm-up
+            runtime = runtimes[name] = started.enter_context(RolloutRuntime(config, model_path=tiny))
+            ray.get(runtime.engines[0].stats.remote())  # started and answering
+            asyncio.run(_round(runtime.pool, runtime.store, config, episodes=2, seed=SEED - 2))  # warm-up
         rounds: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
         names = list(configs)
         for rep in range(reps):
             for name in names if rep % 2 == 0 else names[::-1]:
-                rounds[name].append(asyncio.run(_round(pools[name], stores[name], configs[name], episodes, SEED)))
-        keys_left = {name: store.stats().keys for name, store in stores.items()}
-    finally:
-        for pool in pools.values():
-            pool.shutdown()
-        for engine in engines.values():
-            ray.kill(engine)
-        for store in stores.values():
-            store.destroy()
+                runtime = runtimes[name]
+                rounds[name].append(asyncio.run(_round(runtime.pool, runtime.store, configs[name], episodes, SEED)))
+        keys_left = {name: runtime.keys_left() for name, runtime in runtimes.items()}
     return {name: _figures(rounds[name], keys_left[name]) for name in configs}
 
 
