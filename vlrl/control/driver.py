@@ -11,8 +11,9 @@ weights; staleness is bounded per token: a batch names the oldest version it may
 (``Batch.min_version``), the trainer leaves older tokens out of the loss, and the books count
 them (``stale_tokens``); a group all of whose tokens are older leaves as stale. The driver owns key lifetimes: rejected, dropped, failed
 and stale groups are deleted at once, consumed ones when the trainer is done with them; each
-deleted sequence drops its references to its images (as ``mm.delete_sequences``), so an image key
-shared by many groups goes with the last sequence that names it.
+deleted sequence drops its references to its images and to a branch's prefix key (as
+``mm.delete_sequences``), so an image key shared by many groups goes with the last sequence that
+names it, and a tree root's key with the last of its branches.
 
 Store errors never end the run: the accept-time hook is retried with back-off when the store
 fails it (a busy or unreachable shard), and a group it still fails, or whose payload is lost with
@@ -58,7 +59,7 @@ from vlrl.control.grader import Grader, GraderRunner
 from vlrl.control.group_hook import GroupHook
 from vlrl.control.replay import ReplayBuffer
 from vlrl.control.task_seeds import TaskSeeds
-from vlrl.mm import image_refs
+from vlrl.mm import sequence_refs
 from vlrl.pool.budget import split_by_shares
 from vlrl.pool.harness_pool import HarnessPool
 from vlrl.pool.remote_errors import describe
@@ -235,7 +236,7 @@ class Driver:
         store could not answer (the groups stay buffered for the next look)."""
         head = [group for name, quota in self.quotas.items() for group in list(self._buffer[name])[:quota]]
         keys = [meta.key for group in head for meta in group.metas]
-        refs = image_refs([meta for group in head for meta in group.metas])
+        refs = sequence_refs([meta for group in head for meta in group.metas])
         try:
             present, held = self.store.contains(keys), self.store.holds(refs)
         except SHARD_ERRORS as error:
@@ -468,14 +469,14 @@ class Driver:
         that is not there (taken back, or never written) is skipped and the rest still go."""
         if not metas:
             return
-        keys = [meta.key for meta in metas]
+        keys = [meta.key for meta in metas if not meta.prefix_shared]  # a key its branches hold goes with them
         try:
             self.store.delete(keys, missing_ok=missing_ok)
         except STORE_ERRORS as error:
             self.book.incidents[f"delete failed: {type(error).__name__}"] += 1
             with contextlib.suppress(*STORE_ERRORS):
                 self.store.delete(keys, missing_ok=True)
-        refs = image_refs(metas)
+        refs = sequence_refs(metas)
         try:
             self.store.release(refs)
         except STORE_ERRORS as error:  # a refused release changed nothing; a shard's error came after the rest

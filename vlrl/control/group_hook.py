@@ -52,6 +52,7 @@ from vlrl.control.sampler import PassRateSampler
 from vlrl.control.step_credit import StepCredit, spread_over_turns, step_groups
 from vlrl.records import ADVANTAGES, LOGPROBS, LOSS_MASK, TEACHER_LOGPROBS, GroupDecision, SeqMeta, group_id_of
 from vlrl.store import DuplicateWriteError, PayloadStore
+from vlrl.store.sequence_rows import own_rows, read_sequences
 
 
 class MissingTeacherScores(LookupError):
@@ -130,7 +131,7 @@ class GroupHook:
         credit = self.config.step_credit
         if credit is None and self.config.drop_zero_advantage and not advantages.any():
             return GroupDecision(group_id, "dropped", f"{sampled.reason}; all advantages zero", keys, final)
-        rows = store.get(list(keys), fields=[LOSS_MASK])
+        rows = read_sequences(store, metas, [LOSS_MASK])
         masks = [_column(rows, m, LOSS_MASK) for m in metas]
         if any(m.branch_of for m in metas):
             per_turn = branch_turn_advantages(
@@ -161,7 +162,7 @@ class GroupHook:
                 f"group {group_id!r}: keys {missing} have no {TEACHER_LOGPROBS!r} field; "
                 "the teacher scorer must finish a group before the accept-time hook runs"
             )
-        rows = store.get(list(keys), fields=[LOGPROBS, TEACHER_LOGPROBS, LOSS_MASK])
+        rows = read_sequences(store, metas, [LOGPROBS, TEACHER_LOGPROBS, LOSS_MASK])
         per_token = [
             opd_token_advantages(
                 _column(rows, m, LOGPROBS), _column(rows, m, TEACHER_LOGPROBS), _column(rows, m, LOSS_MASK)
@@ -194,6 +195,6 @@ def _write(store: PayloadStore, metas: Sequence[SeqMeta], per_token: list[np.nda
     values: the retry writes the rest."""
     for meta, advantages in zip(metas, per_token):
         try:
-            store.add_fields(meta.key, {ADVANTAGES: advantages})
+            store.add_fields(meta.key, {ADVANTAGES: own_rows(meta, advantages)})  # a branch stores no prefix rows
         except DuplicateWriteError:
             continue

@@ -33,9 +33,10 @@ from typing import Any
 from ray.exceptions import RayError
 
 from vlrl.config import DataSource, Replay
-from vlrl.mm import image_refs
+from vlrl.mm import sequence_refs
 from vlrl.records import ADVANTAGES, SeqMeta
 from vlrl.store import StoreError
+from vlrl.store.sequence_rows import read_sequences
 
 Task = tuple[str, int]
 """A task: (source name, task seed)."""
@@ -101,6 +102,7 @@ class ReplayBuffer:
             replace(
                 meta, key=f"replay/{group_id}/{meta.key}", group_id=group_id, sample_index=index, replay_of=meta.key,
                 branch_of=(),  # a kept branch joins as a trajectory of its own: its root is another group's
+                prefix_key="", prefix_tokens=0, prefix_shared=False,  # a copy stores all its rows (_copy)
             )
             for meta in hard.kept
         )
@@ -179,11 +181,11 @@ class ReplayBuffer:
         False (nothing written) when a kept key or image reference is gone with a store shard."""
         written: list[SeqMeta] = []
         try:
-            if not all(self.store.contains([m.key for m in kept])) or not all(self.store.holds(image_refs(kept))):
+            if not all(self.store.contains([m.key for m in kept])) or not all(self.store.holds(sequence_refs(kept))):
                 return False
             for meta, copy in zip(kept, copies):
                 columns = [name for name in self.store.schema(meta.key) if name != ADVANTAGES]
-                self.store.put(copy.key, self.store.get([meta.key], fields=columns)[meta.key])
+                self.store.put(copy.key, read_sequences(self.store, [meta], columns)[meta.key])
                 taken = self.store.share([item.store_key for item in copy.images], copy.key)
                 if not all(taken):  # an image went with a shard since the check
                     self.store.release([(item.store_key, copy.key) for item, ok in zip(copy.images, taken) if ok])

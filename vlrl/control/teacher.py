@@ -19,6 +19,7 @@ import numpy as np
 
 from vlrl.mm.image_rows import read_images
 from vlrl.records import LOSS_MASK, TEACHER_LOGPROBS, TOKEN_IDS, MMItemMeta, SeqMeta
+from vlrl.store.sequence_rows import own_rows, read_sequences
 
 ImageOccurrence = tuple[MMItemMeta, "np.ndarray | None"]
 """One image of a sequence in order of appearance: its metadata, and its pixels at the image's
@@ -48,10 +49,10 @@ class TeacherScorer:
         token_ids, mask, images = await asyncio.to_thread(self._inputs, meta)
         logprobs = await self.teacher.logprobs(f"teacher/{meta.key}", token_ids, images)
         scores = np.where(mask, logprobs, 0.0).astype(np.float32)  # (T,) response tokens only
-        await asyncio.to_thread(self.store.add_fields, meta.key, {TEACHER_LOGPROBS: scores})
+        await asyncio.to_thread(self.store.add_fields, meta.key, {TEACHER_LOGPROBS: own_rows(meta, scores)})
 
     def _inputs(self, meta: SeqMeta) -> tuple[np.ndarray, np.ndarray, list[ImageOccurrence]]:
-        row = self.store.get([meta.key], [TOKEN_IDS, LOSS_MASK])[meta.key]
+        row = read_sequences(self.store, [meta], [TOKEN_IDS, LOSS_MASK])[meta.key]
         keys = list(dict.fromkeys(item.store_key for item in meta.images))
         pixels = read_images(self.store, keys)
         sent: set[str] = set()

@@ -3,6 +3,7 @@
 ``RolloutMeter`` stands between the driver and the Harness Pool (the driver calls only
 ``run``): it counts every finished training episode, accepted by the sampler or not, so the pass
 rate it reports is that of all rollouts, not only of the groups that made it into a batch.
+``CostMeter`` reads what the rollouts cost from the engines' and the store's own counters.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class RolloutMeter:
                 for key in ("reward", "turns", "sequences", "response_tokens"):
                     out[f"rollout/{name}/{key}"] = t[key] / t["episodes"]
         out["rollout/episodes"] = total["episodes"]
+        out["rollout/env_steps"] = total["turns"]  # a branch's own turns only: its prefix was replayed
         out["rollout/failed"] = total["failed"]
         out["rollout/tokens_per_s"] = total["response_tokens"] / max(elapsed, 1e-9)
         if total["episodes"]:  # (with prefetch, a step may find every episode already counted)
@@ -77,6 +79,43 @@ class RolloutMeter:
                 out[f"rollout/{key}"] = total[key] / n
             out["rollout/pass_rate"] = total["success"] / n
         return out
+
+
+class CostMeter:
+    """What the rollouts cost where it was paid, between two ``take`` calls: the engine replicas'
+    own counters (prompt tokens computed, prompt tokens served from a cached KV prefix, image
+    bytes received) and the store's payload bytes written (``StoreStats.bytes_put``)."""
+
+    ENGINE = ("prefill_tokens", "reused_prefix_tokens", "image_bytes_received")
+
+    def __init__(self, engines: list[Any], store: Any) -> None:
+        self._engines, self._store = engines, store
+        self._last: dict[tuple[int, str], float] = {}
+        self._put = store.stats().bytes_put
+
+    async def take(self) -> dict[str, float]:
+        """``engine/...`` summed over the replicas that answer (a restarted one counts from 0),
+        ``engine/prefix_hit_rate`` (reused / (prefill + reused) prompt tokens) and
+        ``store/bytes_put``, since the last call."""
+        from ray.exceptions import RayError
+
+        totals: Counter[str] = Counter()
+        for replica, engine in enumerate(self._engines):
+            try:
+                stats = await engine.stats.remote()
+            except RayError:
+                continue
+            for name in self.ENGINE:
+                now, before = float(stats.get(name, 0.0)), self._last.get((replica, name), 0.0)
+                totals[name] += now - before if now >= before else now
+                self._last[(replica, name)] = now
+        put, self._put = self._put, self._store.stats().bytes_put
+        prompt = totals["prefill_tokens"] + totals["reused_prefix_tokens"]
+        return {
+            **{f"engine/{name}": totals[name] for name in self.ENGINE},
+            "engine/prefix_hit_rate": totals["reused_prefix_tokens"] / prompt if prompt else 0.0,
+            "store/bytes_put": self._put - put,
+        }
 
 
 def batch_metrics(batch: Batch, version: int) -> dict[str, float]:

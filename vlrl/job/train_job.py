@@ -45,7 +45,7 @@ from vlrl.job.demos import WarmStart, demo_tenant, unkept_sources
 from vlrl.job.distill import Teacher
 from vlrl.job.baselines import KINDS, below_baseline, measure, overall
 from vlrl.job.evaluate import EvalResult, Evaluation, evaluate
-from vlrl.job.meters import batch_metrics, book_metrics
+from vlrl.job.meters import CostMeter, batch_metrics, book_metrics
 from vlrl.job.metrics_log import read_metrics
 from vlrl.job.plots import EPISODES_DIR
 from vlrl.job.progress import Progress
@@ -338,9 +338,10 @@ class TrainJob:
             # a state.json without next_seeds starts each source after the groups generated
             driver = rl_driver(s, seed=state.next_seeds or config.seed + state.generated, replay=state.open_seeds)
             s.probe(driver)
+            costs = CostMeter(s.engines, s.store)
             try:
                 while state.step < config.steps:
-                    await self._rl_step(s, state, driver, group)
+                    await self._rl_step(s, state, driver, group, costs)
                     state.generated = generated_before + driver.book.generated
                     if should_checkpoint(state.step, config.checkpoint_every, config.steps):
                         state.next_seeds, state.open_seeds = driver.seeds.next_seeds, driver.seeds.open_seeds()
@@ -353,7 +354,9 @@ class TrainJob:
         finally:
             group.shutdown()
 
-    async def _rl_step(self, s: JobSession, state: RunState, driver: Driver, group: TrainerGroup) -> None:
+    async def _rl_step(
+        self, s: JobSession, state: RunState, driver: Driver, group: TrainerGroup, costs: CostMeter
+    ) -> None:
         hold = self.hold_first_push and state.step == 0
         done = await rl_step(s, driver, group, state.version, hold_push=hold, last=state.step + 1 >= self.config.steps)
         batch, metrics = done.batch, done.metrics
@@ -367,6 +370,7 @@ class TrainJob:
             **book_metrics(driver.book),
             **({f"replay/{k}": v for k, v in driver.replay.book.report().items()} if driver.replay.config else {}),
             **s.store_metrics(),
+            **await costs.take(),
             "batch/group_ids": [g.group_id for g in batch.groups],
             "policy_version": state.version,
             "time/rollout_wait_s": done.rollout_wait_s,
@@ -380,6 +384,7 @@ class TrainJob:
         s.progress.advance(tokens_per_s=metrics["tokens_per_s"], **passed)
         if should_evaluate(state.step, self.config.eval.every, self.config.steps):
             await self._evaluate(s, state, f"step{state.step}")
+            await costs.take()  # the evaluation's requests are not the training rollouts' cost
 
     async def _checkpoint(self, s: JobSession, state: RunState, group: TrainerGroup) -> None:
         """Save the trainer and the run state; the previous RL checkpoint is removed."""

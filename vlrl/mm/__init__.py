@@ -22,7 +22,7 @@ from vlrl.mm.image_io import (
 )
 from vlrl.mm.item import describe_image
 from vlrl.mm.patch_grid import PatchRule, patch_rule_of, smart_resize
-from vlrl.mm.store_images import delete_sequences, image_refs, store_image
+from vlrl.mm.store_images import delete_sequences, image_refs, sequence_refs, store_image
 
 __all__ = [
     "ACCEPTED_FORMATS",
@@ -42,5 +42,6 @@ __all__ = [
     "smart_resize",
     "delete_sequences",
     "image_refs",
+    "sequence_refs",
     "store_image",
 ]

@@ -30,5 +30,9 @@ class DeltaTracker:
         """A new endpoint (replica switch or restart) holds nothing of this trajectory."""
         self._held.clear()
 
+    def held(self) -> frozenset[str]:
+        """The hashes the endpoint holds of this trajectory (a branch starts from its root's)."""
+        return frozenset(self._held)
+
     def __len__(self) -> int:
         return len(self._held)

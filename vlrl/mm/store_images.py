@@ -5,7 +5,8 @@ or groups is stored once and every ``MMItemMeta`` that names it points at the sa
 sequence that names an image holds one reference to its key (``store_image`` takes it, through
 the store's ``put_shared``), and ``delete_sequences`` drops the references with the sequences:
 the image goes with its last holder, never while a sequence that names it is alive, whichever
-group, evaluation or demonstration wrote it first.
+group, evaluation or demonstration wrote it first. A branch's prefix rows are held the same way:
+the branch holds one reference to the key they are stored under (``prefix_refs``).
 """
 
 from __future__ import annotations
@@ -40,9 +41,24 @@ def image_refs(metas: Sequence[SeqMeta]) -> list[tuple[str, str]]:
     return [(item.store_key, meta.key) for meta in metas for item in meta.images]
 
 
+def prefix_refs(metas: Sequence[SeqMeta]) -> list[tuple[str, str]]:
+    """The ``(prefix key, sequence key)`` reference each branch holds to the key its prefix rows
+    are stored under (``SeqMeta.prefix_key``)."""
+    return [(meta.prefix_key, meta.key) for meta in metas if meta.prefix_key]
+
+
+def sequence_refs(metas: Sequence[SeqMeta]) -> list[tuple[str, str]]:
+    """Every reference the sequences hold: to each image they name, to a branch's prefix key, and
+    a shared prefix's own (``SeqMeta.prefix_shared``: it goes by reference, not by deletion)."""
+    own = [(meta.key, meta.key) for meta in metas if meta.prefix_shared]
+    return image_refs(metas) + prefix_refs(metas) + own
+
+
 def delete_sequences(store: PayloadStore, metas: Sequence[SeqMeta], *, missing_ok: bool = False) -> None:
-    """Delete the sequences' payloads and drop the reference each holds to each of its images."""
+    """Delete the sequences' payloads and drop the references each holds (``sequence_refs``). A
+    key its branches hold (``SeqMeta.prefix_shared``) loses its own reference only: it goes with
+    the last of them, which may be deleted later (a branch a replay buffer kept)."""
     if not metas:
         return
-    store.delete([meta.key for meta in metas], missing_ok=missing_ok)
-    store.release(image_refs(metas))
+    store.delete([meta.key for meta in metas if not meta.prefix_shared], missing_ok=missing_ok)
+    store.release(sequence_refs(metas))

@@ -75,6 +75,13 @@ class TileSender:
         self._grids: dict[str, np.ndarray] = {}
         self._latest: dict[tuple[int, int], tuple[str, np.ndarray]] = {}  # size -> newest image: key, pixels
 
+    def fork(self) -> TileSender:
+        """A sender for another stream to the same receiver that holds what this one sent (a
+        branch that starts where its root is); the two go on independently."""
+        twin = TileSender(self._codec.tile)
+        twin._sent, twin._grids, twin._latest = set(self._sent), dict(self._grids), dict(self._latest)
+        return twin
+
     def encode(self, key: str, pixels: np.ndarray) -> TiledImage:
         """``pixels`` (named ``key``) as the tiles the receiver lacks; the receiver is then assumed
         to hold them (a miss says otherwise)."""

@@ -9,7 +9,8 @@ segment per TP group) and nothing is copied twice:
    (``records.fields_for``) plus the sequences' ``extra/...`` fields; each window array has its
    store field's name.
 2. ``WindowCut.fill`` reads each range of each field with ``get_range``, so only the store
-   chunks the window overlaps move, and writes it into the given arrays at its window offset.
+   chunks the window overlaps move, and writes it into the given arrays at its window offset. A
+   branch's prefix rows are read from its root's key (``store.sequence_rows.read_range``).
 
 No dense micro-batch is ever built: besides the rows of one range at a time, as the store returns
 them, the window's own arrays are all that is allocated, and a sequence outside it is never read.
@@ -27,6 +28,7 @@ from vlrl.pack.packed import PAD_SEGMENT_ID, ImagePlacement, PackedWindow
 from vlrl.pack.plan import MicroBatch, RowRange
 from vlrl.records import EXTRA_PREFIX, FIELDS, TOKEN_IDS, SeqMeta, pad_value
 from vlrl.store import PayloadStore
+from vlrl.store.sequence_rows import read_range
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,9 @@ class WindowCut:
     fields: Mapping[str, tuple[tuple[int, ...], str]]
     """Store field (and window array) -> (row shape, dtype)."""
     images: tuple[ImagePlacement, ...]
+    sequences: tuple[SeqMeta, ...] = ()
+    """Each range's sequence: where its rows are stored (a branch's prefix rows under its root's
+    key, ``store.sequence_rows``)."""
 
     @property
     def num_tokens(self) -> int:
@@ -72,6 +77,7 @@ class WindowCut:
             segments=tuple(segment_of[r.key] for r in ranges),
             fields=_fields(store, micro_batch, metas, fields),
             images=tuple(p for r in ranges for p in _placements(r, metas[r.key])),
+            sequences=tuple(metas[r.key] for r in ranges),
         )
 
     def array_specs(self) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -88,8 +94,8 @@ class WindowCut:
         real = self.num_tokens
         for field, (row_shape, dtype) in self.fields.items():
             target = out[field]
-            for r in self.ranges:
-                rows = store.get_range(r.key, field, r.start, r.stop)
+            for r, meta in zip(self.ranges, self.sequences, strict=True):
+                rows = read_range(store, meta, field, r.start, r.stop)
                 if rows.shape[1:] != row_shape or rows.dtype != dtype:
                     raise ValueError(
                         f"store field {r.key!r}/{field!r} holds {rows.dtype}{list(rows.shape[1:])} rows; the"

@@ -74,6 +74,16 @@ class SeqMeta:
     trajectory it branched from, the turn it branched at)``. The branch replayed that trajectory's
     first ``turn`` moves and shares its prefix; its own requests start at that turn, the prefix
     sits in its prompt. () for a trajectory played from reset."""
+    prefix_key: str = ""
+    """A branch's shared prefix: the key of the sequence (its tree's root) whose first
+    ``prefix_tokens`` token rows are this sequence's first rows too. They are stored once, under
+    that key; this key stores the rows after them, and holds one reference to that key
+    (``mm.sequence_refs``). '' when every row is stored under ``key``."""
+    prefix_tokens: int = 0
+    """How many of the first token rows are read from ``prefix_key`` (0 without one)."""
+    prefix_shared: bool = False
+    """Branches hold references to this key (it is their ``prefix_key``): deleting the sequence drops
+    its own reference only, and the key goes with its last holder (``mm.delete_sequences``)."""
     replay_of: str = ""
     """The kept sequence this one copies (``control.replay``): a success of an earlier group of
     the same task, replayed into this group; its tokens are as old as the original's and the
@@ -115,6 +125,13 @@ class SeqMeta:
             raise ValueError(
                 f"SeqMeta.branch_of={self.branch_of}; expected () or (another trajectory's sample index, a turn >= 1)"
             )
+        if bool(self.prefix_key) != (self.prefix_tokens > 0) or not 0 <= self.prefix_tokens < self.num_tokens:
+            raise ValueError(
+                f"SeqMeta.prefix_key={self.prefix_key!r}, prefix_tokens={self.prefix_tokens}; expected both set (a"
+                f" key and 1..num_tokens-1={self.num_tokens - 1} rows) or neither"
+            )
+        if self.prefix_key == self.key:
+            raise ValueError(f"SeqMeta.prefix_key={self.prefix_key!r}; expected another sequence's key than its own")
         for offset, index in self.image_offsets:
             if not (0 <= offset < self.num_tokens and 0 <= index < len(self.images)):
                 raise ValueError(

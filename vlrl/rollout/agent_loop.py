@@ -75,9 +75,12 @@ class AgentLoop:
         episode = await self.play(player, env)
         return await player.finish(episode, group_id=self.group_id, sample_index=self.sample_index)
 
-    async def play(self, player: PolicyPlayer, env: EnvSession, resume: Resume | None = None) -> Episode:
+    async def play(
+        self, player: PolicyPlayer, env: EnvSession, resume: Resume | None = None, *, end: bool = True
+    ) -> Episode:
         """Play ``player``'s episode on ``env`` (from ``resume``'s turn, for a branch), then end its
-        trajectory on the engine whatever happened."""
+        trajectory on the engine whatever happened (``end``; a tree's root is ended by its tree,
+        after its branches continued its KV prefix)."""
         agent = self.source.agent
         try:
             return await play_episode(
@@ -91,7 +94,8 @@ class AgentLoop:
                 resume=resume,
             )
         finally:
-            await player.runtime.client.end_trajectory(player.trajectory_id)
+            if end:
+                await player.runtime.client.end_trajectory(player.trajectory_id)
 
     @property
     def options(self) -> dict[str, Any] | None:

@@ -14,6 +14,12 @@
    with its reason (naming the turn) and fails only that point's branches; the tree goes on.
 5. The branches play on from turn ``t`` concurrently: the root's chat turns and screenshots up to
    ``t`` are their prompt, their own requests start at ``t`` with their own sampling seeds.
+6. The prefix is paid once. On the wire, each branch starts as a fork of the root's trajectory
+   (``InferenceClient.fork_trajectory``): the root's replica, the prefix's images by reference, and
+   the replica's KV prefix of the root (kept until the tree ends) for the prompt they share. In
+   the store, a branch writes only the rows after those it shares with the root
+   (``SeqMeta.prefix_key``) and holds a reference to the root's key, which goes with the last of
+   them (``SeqMeta.prefix_shared``).
 
 Sample indices: tree ``i`` owns ``i * (1 + points * branches)`` (its root) and the indices after
 it (its branches), so every trajectory of the group has its own.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from vlrl.config import Branching
@@ -45,18 +52,23 @@ async def play_tree(loop: AgentLoop, ctx: TenantContext) -> TreeRollout:
     root_index = loop.sample_index * (1 + branching.points * branching.branches)
     env = await ctx.open_env()
     root = PolicyPlayer(runtime, source, loop.trajectory_id(ctx, root_index), env, ctx)
-    episode = await loop.play(root, env)
-    metas = list(await root.finish(episode, group_id=loop.group_id, sample_index=root_index))
-    tree = _Tree(loop, ctx, root, episode, root_index)
-    turns = len(root.moves)
-    budget = round(turns * source.group_size / branching.trees(source.group_size))
-    spent = turns
-    for point in branch_points(branching, root.surprisal, root.trajectory_id):
-        fit = min(branching.branches, (budget - spent) // (turns - point))
-        if fit < 1:
-            continue
-        spent += fit * (turns - point)
-        metas += await tree.branch_at(point, fit)
+    try:
+        episode = await loop.play(root, env, end=False)  # its replica's KV prefix serves the branches
+        metas = list(await root.finish(episode, group_id=loop.group_id, sample_index=root_index))
+        tree = _Tree(loop, ctx, root, episode, root_index, root.stored_rows(metas))
+        turns = len(root.moves)
+        budget = round(turns * source.group_size / branching.trees(source.group_size))
+        spent = turns
+        for point in branch_points(branching, root.surprisal, root.trajectory_id):
+            fit = min(branching.branches, (budget - spent) // (turns - point))
+            if fit < 1:
+                continue
+            spent += fit * (turns - point)
+            metas += await tree.branch_at(point, fit)
+    finally:
+        await runtime.client.end_trajectory(root.trajectory_id)
+    held = {meta.prefix_key for meta in metas}
+    metas = [replace(meta, prefix_shared=True) if meta.key in held else meta for meta in metas]
     return TreeRollout(tuple(metas), tree.forks, tree.replays, tuple(tree.failures))
 
 
@@ -77,8 +89,18 @@ def branch_points(branching: Branching, surprisal: list[float], trajectory_id: s
 class _Tree:
     """A root episode and the branches started from it so far, with their books."""
 
-    def __init__(self, loop: AgentLoop, ctx: TenantContext, root: PolicyPlayer, episode: Episode, root_index: int):
+    def __init__(
+        self,
+        loop: AgentLoop,
+        ctx: TenantContext,
+        root: PolicyPlayer,
+        episode: Episode,
+        root_index: int,
+        root_rows: tuple[tuple[str, list[int]], ...],
+    ):
         self.loop, self.ctx, self.root, self.episode, self.root_index = loop, ctx, root, episode, root_index
+        self.root_rows = root_rows
+        """The root's stored sequences, ``(key, token ids)``: the branches' prefix rows are read there."""
         self.record = root.record(loop.seed, loop.options)
         self.spare: list[EnvSession] = []  # instances opened for replays, reused at later points
         self.started = 0  # branches started so far: the next one's sample index follows theirs
@@ -128,9 +150,13 @@ class _Tree:
     ) -> list[SeqMeta]:
         loop = self.loop
         player = self.root.branch(loop.trajectory_id(self.ctx, index), turn, env)
+        player.runtime.client.fork_trajectory(self.root.trajectory_id, player.trajectory_id)
         resume = Resume(obs, info, self.root.turns[turn].text, turn, sum(self.episode.turn_rewards[:turn]))
         episode = await loop.play(player, env, resume)
-        return await player.finish(episode, group_id=loop.group_id, sample_index=index, branch_of=(self.root_index, turn))
+        return await player.finish(
+            episode, group_id=loop.group_id, sample_index=index, branch_of=(self.root_index, turn),
+            prefix_from=self.root_rows,
+        )  # fmt: skip
 
 
 def _reason(error: EnvCallError) -> str:

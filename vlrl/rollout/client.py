@@ -6,6 +6,9 @@
 - **Delta shipping.** Per trajectory, a ``DeltaTracker`` knows which content hashes the replica
   already holds; a request carries pixels only for the others. A ``CacheMiss`` answer (eviction,
   restart) makes the client forget those hashes and resend, never fail the rollout.
+- **Branches.** A branch of a branching rollout (``fork_trajectory``) starts on its root's replica
+  with its root's delta state: the images of the shared prefix go by reference, and the replica's
+  KV prefix of the root serves the prompt they share.
 - **Tile shipping.** To a replica that takes tiles (``Endpoint.takes_tiles``: Ray replicas), a new
   image goes as the tiles the replica lacks, against the trajectory's previous screen
   (``mm.tile_wire``): a turn that changed a few tiles ships kilobytes, not a screenshot. Any miss
@@ -140,7 +143,24 @@ class InferenceClient:
         self._sticky: dict[str, int] = {}
         self._trackers: dict[str, DeltaTracker] = {}
         self._tiles: dict[str, TileSender] = {}  # per trajectory, for a replica that takes tiles
+        self._forks: dict[str, str] = {}  # branch -> the trajectory it branched from
         self.stats = ClientStats()
+
+    def fork_trajectory(self, parent: str, child: str) -> None:
+        """Start trajectory ``child`` as a branch of ``parent`` (a branching rollout), before its
+        first request: it goes to the replica that serves ``parent``, ships by reference the
+        images that replica holds of ``parent`` (and as tiles against them the new ones), and its
+        requests name ``parent`` (``GenerateRequest.fork_of``), so the replica's KV prefix of
+        ``parent`` serves the prompt they share. ``parent`` must not be ended before."""
+        if child in self._trackers or child in self._sticky:
+            raise ValueError(f"fork_trajectory: trajectory {child!r} has made requests already; fork before the first")
+        self._forks[child] = parent
+        if parent in self._sticky:
+            self._sticky[child] = self._sticky[parent]
+            tracker = self._trackers[child] = DeltaTracker()
+            tracker.shipped(self._trackers[parent].held())
+            if parent in self._tiles:
+                self._tiles[child] = self._tiles[parent].fork()
 
     async def generate(
         self,
@@ -192,6 +212,7 @@ class InferenceClient:
 
     async def end_trajectory(self, trajectory_id: str) -> None:
         """Drop the trajectory's stickiness and let its replica free the cached prefix."""
+        self._forks.pop(trajectory_id, None)
         self._trackers.pop(trajectory_id, None)
         self._tiles.pop(trajectory_id, None)
         replica = self._sticky.pop(trajectory_id, None)
@@ -224,6 +245,7 @@ class InferenceClient:
             prompt_ids=np.asarray(prompt_ids, dtype=np.int32),
             images=parts,
             sampling=sampling,
+            fork_of=self._forks.get(trajectory_id, ""),
         )
         answer = await asyncio.wait_for(endpoint.generate(request), self._config.request_timeout_s)
         self.stats.requests += 1

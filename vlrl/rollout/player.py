@@ -95,6 +95,11 @@ class PolicyPlayer:
         self.moves.append(move if isinstance(move, Action) else None)
         return move
 
+    def stored_rows(self, metas: list[SeqMeta]) -> tuple[tuple[str, list[int]], ...]:
+        """``(store key, token ids)`` of each sequence ``finish`` wrote (``metas``, its answer)."""
+        answered = [s for s in self.trajectory.sequences if s.context_lengths]
+        return tuple((meta.key, sequence.token_ids) for meta, sequence in zip(metas, answered, strict=True))
+
     def record(self, seed: int, options: dict[str, Any] | None) -> EpisodeRecord:
         """What replaying this player's episode to any of its turns needs."""
         return EpisodeRecord(seed, options, tuple(self.moves), tuple(self.states))
@@ -111,9 +116,17 @@ class PolicyPlayer:
         )  # fmt: skip
 
     async def finish(
-        self, episode: Episode, *, group_id: str, sample_index: int, branch_of: tuple[int, int] = ()
+        self,
+        episode: Episode,
+        *,
+        group_id: str,
+        sample_index: int,
+        branch_of: tuple[int, int] = (),
+        prefix_from: tuple[tuple[str, list[int]], ...] = (),
     ) -> list[SeqMeta]:
-        """Write the trajectory's payload to the store once; its ``SeqMeta`` records."""
+        """Write the trajectory's payload to the store once; its ``SeqMeta`` records. A branch's
+        ``prefix_from`` (its root's ``stored_rows``): the rows it shares with them are not written
+        again (``Trajectory.finish``)."""
         runtime = self.runtime
         return await self.ctx.to_thread(
             lambda: self.trajectory.finish(
@@ -129,6 +142,7 @@ class PolicyPlayer:
                 task=episode.task,
                 turn_rewards=episode.turn_rewards,
                 branch_of=branch_of,
+                prefix_from=prefix_from,
                 ledger=self.ctx.writes,
             )
         )

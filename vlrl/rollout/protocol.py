@@ -87,6 +87,9 @@ class GenerateRequest:
     """int32 token ids of the whole context so far."""
     images: tuple[ImagePart, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    fork_of: str = ""
+    """The trajectory this one branched from (a branching rollout's root; '' for none): a replica
+    that holds no KV prefix of this trajectory yet starts from that one's, where they agree."""
 
     @property
     def image_bytes(self) -> int:

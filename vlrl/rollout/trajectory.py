@@ -7,12 +7,15 @@ screenshot), a new sequence starts with that context as its prompt: every sequen
 what the policy conditioned on, and only the tokens it sampled carry loss.
 
 At finish each sequence's payload is written to the store once (images once per content hash,
-under their own keys) and only ``SeqMeta`` records go back to the driver.
+under their own keys) and only ``SeqMeta`` records go back to the driver. A branch of a branching
+rollout does not write again the rows it shares with its root: it names the root's key
+(``SeqMeta.prefix_key``) and holds a reference to it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -23,7 +26,7 @@ from vlrl.records import EXTRA_PREFIX, FIELDS, LOGPROBS, LOSS_MASK, TOKEN_IDS, F
 from vlrl.rollout.chat import Segment
 from vlrl.rollout.client import ContextImage
 from vlrl.rollout.protocol import GenerateResult
-from vlrl.store import WriteLedger
+from vlrl.store import KeyMissingError, WriteLedger
 
 
 @dataclass(slots=True)
@@ -141,11 +144,16 @@ class Trajectory:
         task: str = "",
         turn_rewards: tuple[float, ...] = (),
         branch_of: tuple[int, int] = (),
+        prefix_from: tuple[tuple[str, list[int]], ...] = (),
         ledger: WriteLedger | None = None,
     ) -> list[SeqMeta]:
         """Write every sequence's payload once; return their metadata (the trajectory's reward on
         each). Each sequence holds one reference to each of its images (``mm.store_images``).
         ``branch_of``: a branch's ``SeqMeta.branch_of`` (() for a trajectory played from reset).
+        ``prefix_from``: a branch's root's sequences, ``(store key, token ids)``, written already.
+        The rows the branch's first sequence shares with one of them, up to its first request's
+        prompt, are not written again: the sequence names that key as its ``prefix_key`` and holds
+        one reference to it (``store.sequence_rows``).
         ``turn_rewards``: what each request's move earned, over the whole trajectory (() when not
         known); each sequence gets those of its requests.
 
@@ -159,12 +167,14 @@ class Trajectory:
         if turn_rewards and len(turn_rewards) != sum(requests):
             raise ValueError(f"turn_rewards has {len(turn_rewards)} entries; the trajectory made {sum(requests)} requests")
         starts = np.cumsum([0, *requests]).tolist()
+        prefix = _shared_prefix(sequences[0], prefix_from) if sequences and prefix_from else ("", 0)
         writes = [
             _SequenceWrite.of(
                 s,
                 key if len(sequences) == 1 else f"{key}/{i}",
                 patch_rule,
                 {**labels, "turn_rewards": tuple(turn_rewards[starts[i] : starts[i + 1]])},
+                prefix if i == 0 else ("", 0),
             )
             for i, s in enumerate(sequences)
         ]
@@ -179,6 +189,8 @@ class Trajectory:
                         store, item.store_key, holder,
                         lambda writer: images.put(store, item, pixels, holder=holder, writer=writer),  # noqa: B023
                     )  # fmt: skip
+                if write.meta.prefix_key:
+                    ledger.hold(store, write.meta.prefix_key, write.meta.key, partial(_share, store, write.meta))
                 ledger.put(store, write.meta.key, write.payload)
         except BaseException as error:
             try:
@@ -187,6 +199,31 @@ class Trajectory:
                 error.add_note(f"taking back the trajectory's earlier writes failed too: {cleanup!r}")
             raise
         return [write.meta for write in writes]
+
+
+def _shared_prefix(sequence: Sequence, roots: tuple[tuple[str, list[int]], ...]) -> tuple[str, int]:
+    """``(root key, rows)``: the longest run of first token ids ``sequence`` shares with one of
+    the ``roots``, within its first request's prompt (the tokens it generated are its own even
+    where they repeat the root's); ``("", 0)`` when none shares any."""
+    rows = min(sequence.context_lengths[0], len(sequence.token_ids) - 1)  # a sequence keeps one row of its own
+    prompt = np.asarray(sequence.token_ids[:rows], dtype=np.int64)
+    best = ("", 0)
+    for key, ids in roots:
+        limit = min(len(ids), len(prompt))
+        differs = np.flatnonzero(np.asarray(ids[:limit], dtype=np.int64) != prompt[:limit])
+        shared = int(differs[0]) if len(differs) else limit
+        if shared > best[1]:
+            best = (key, shared)
+    return best
+
+
+def _share(store: Any, meta: SeqMeta, writer: str | None) -> None:
+    """Take ``meta``'s reference to its prefix key, which its root wrote before it."""
+    if not store.share([meta.prefix_key], meta.key, writer=writer, settle=True)[0]:
+        raise KeyMissingError(
+            f"store key {meta.prefix_key!r}: the prefix of branch {meta.key!r} is not written (its root's write"
+            " failed or went)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,11 +236,14 @@ class _SequenceWrite:
     """Canonical pixels of each of ``meta.images``."""
 
     @staticmethod
-    def of(sequence: Sequence, key: str, patch_rule: PatchRule, labels: dict[str, Any]) -> _SequenceWrite:
+    def of(
+        sequence: Sequence, key: str, patch_rule: PatchRule, labels: dict[str, Any], prefix: tuple[str, int]
+    ) -> _SequenceWrite:
+        """``prefix``: ``(key, rows)`` of the first rows stored under another key (``("", 0)``: none)."""
         by_hash = {image.content_hash: image.pixels for image in sequence.images}
         hashes = list(by_hash)
         pixels = [require_canonical(by_hash[h]) for h in hashes]
-        payload = sequence.payload()
+        payload = {name: rows[prefix[1] :] for name, rows in sequence.payload().items()}
         meta = SeqMeta(
             key=key,
             turns=len(sequence.context_lengths),
@@ -220,6 +260,8 @@ class _SequenceWrite:
                 for offset, image in zip(sequence.image_offsets, sequence.images)
             ),
             extra_fields=tuple(name for name in payload if name.startswith(EXTRA_PREFIX)),
+            prefix_key=prefix[0],
+            prefix_tokens=prefix[1],
             **labels,
         )
         return _SequenceWrite(meta, payload, pixels)

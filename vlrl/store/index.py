@@ -25,11 +25,13 @@ class StoreStats:
     """Store-wide totals. ``keys`` counts every record a leak check must see at zero: keys in any
     state (being written, written, failed; ``docs/store.md``) and writes whose key went while they
     were in flight, not freed yet. ``written``: the committed keys alone. ``bytes``: committed
-    payload bytes."""
+    payload bytes. ``bytes_put``: payload bytes committed since the store started, deleted or not
+    (what writers paid: the difference of two readings is what was written between them)."""
 
     keys: int
     bytes: int
     written: int = 0
+    bytes_put: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +144,7 @@ class KeyIndex:
         self._epoch, self._serial = uuid.uuid4().hex[:12], itertools.count()  # tokens unique past a restart
         self._orphans = 0
         self._bytes = 0
+        self._bytes_put = 0
         self.successor = successor
 
     def _state(self, key: str) -> str:
@@ -225,6 +228,7 @@ class KeyIndex:
             entry = row[name]
             entry.handles, entry.committed = handle, True
             self._bytes += entry.spec.nbytes
+            self._bytes_put += entry.spec.nbytes
         if self._claim.get(key) == token:
             del self._claim[key]
         return True
@@ -451,7 +455,9 @@ class KeyIndex:
 
     def stats(self) -> StoreStats:
         written = sum(self.contains(list(self._rows)))
-        return StoreStats(keys=len(self._rows) + self._orphans, bytes=self._bytes, written=written)
+        return StoreStats(
+            keys=len(self._rows) + self._orphans, bytes=self._bytes, written=written, bytes_put=self._bytes_put
+        )
 
     def _committed_row(self, key: str) -> dict[str, _Entry]:
         row = {n: e for n, e in self._rows.get(key, {}).items() if e.committed}

@@ -145,6 +145,7 @@ class ShardedIndex:
                 keys=sum(p.keys for p in parts),
                 bytes=sum(p.bytes for p in parts),
                 written=sum(p.written for p in parts),
+                bytes_put=sum(p.bytes_put for p in parts),
             )
         if method in ("take_back", "held_for_refs"):  # a writer's keys and references may be on every shard
             return [pair for position in range(len(self._shards)) for pair in self._ask(position, method, *args)]

@@ -17,7 +17,7 @@ import numpy as np
 from vlrl.bench import chaos_bench
 from vlrl.config import DataSource, EnvSettings
 from vlrl.control.driver import Driver
-from vlrl.job.meters import staleness_histogram
+from vlrl.job.meters import CostMeter, staleness_histogram
 from vlrl.job.session import RunState
 from vlrl.job.rl_step import rl_step
 from vlrl.job.train_job import TrainJob
@@ -198,9 +198,9 @@ def test_the_chaos_bench_runs_the_jobs_step():
         return await closed(bench_s, bench_driver)
 
     async def train() -> dict[str, Any]:
-        state = RunState()
+        state, costs = RunState(), CostMeter([], job_s.store)  # no engine replicas here: the store's bytes only
         for _ in range(steps):
-            await job._rl_step(job_s, state, job_driver, job_trainer)
+            await job._rl_step(job_s, state, job_driver, job_trainer, costs)
         assert (state.step, state.version) == (steps, steps)
         return await closed(job_s, job_driver)
 
@@ -234,9 +234,9 @@ def test_the_job_holds_only_its_first_push_when_asked():
     job = TrainJob(SimpleNamespace(eval=SimpleNamespace(every=0), steps=2), hold_first_push=True)
 
     async def main() -> None:
-        state = RunState()
+        state, costs = RunState(), CostMeter([], s.store)
         for _ in range(2):
-            await job._rl_step(s, state, driver, trainer)
+            await job._rl_step(s, state, driver, trainer, costs)
         s.store.end()
         await driver.close()
 

@@ -382,3 +382,40 @@ def test_errors_name_what_is_wrong(step):
     first = make_plan([meta_of[mb.keys[0]]], 1).ranks[0][0]
     with pytest.raises(ValueError, match=r"has no field\(s\) \['advantages'\] to pack"):
         cut_window(bare, Layout(1), first, 0, meta_of, STORED)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 2, 2), (2, 2, 1), (1, 4, 1)], ids=lambda s: "x".join(map(str, s)))
+def test_a_branchs_window_reads_its_prefix_rows_from_its_root(shape):
+    """Sequences 3 and 5 are branches of 1: their first rows are stored once, under 1's key, and
+    the windows equal those of the sequences written whole (the prefix rows are prompt there)."""
+    metas, rows = make_rows()
+    root = metas[1]
+    stored = {key: dict(fields) for key, fields in rows.items()}
+    for i, shared in ((3, root.num_tokens // 2), (5, root.num_tokens // 3)):
+        branch = metas[i]
+        shared = min(shared, branch.num_tokens - 1)
+        whole = rows[branch.key]
+        whole["token_ids"][:shared] = rows[root.key]["token_ids"][:shared]
+        for name in ("logprobs", "loss_mask", "advantages", "teacher_logprobs", EXTRA):
+            whole[name][:shared] = 0  # the branch generated none of its prefix
+        metas[i] = replace(
+            branch, prefix_key=root.key, prefix_tokens=shared, num_response_tokens=int(whole["loss_mask"].sum())
+        )
+        stored[branch.key] = {name: values[shared:] for name, values in whole.items()}
+    store = local_store(stored)
+    layout = Layout(*shape)
+    plan = make_plan(metas, layout.dp)
+    meta_of = {m.key: m for m in metas}
+    read_before = store.io_stats().bytes_read
+    for dp_rank in range(layout.dp):
+        for cp_rank in range(layout.cp):
+            for i, mb in enumerate(plan.ranks[dp_rank]):
+                window = cut_window(store, layout, mb, cp_rank, meta_of, STORED)
+                ref = reference_window(rows, metas, mb, layout, cp_rank)
+                assert_matches(window, ref, metas, f"dp{dp_rank} mb{i} cp{cp_rank}")
+    # every stored row is read once, and a branch's prefix row moves only its token id (4 bytes)
+    prefix_rows = metas[3].prefix_tokens + metas[5].prefix_tokens
+    stored_bytes = sum(a.nbytes for fields in stored.values() for a in fields.values())
+    assert store.io_stats().bytes_read - read_before == stored_bytes + 4 * prefix_rows
+    row_bytes = sum(a[:1].nbytes for a in rows[root.key].values())  # 21: ids, logprobs, mask, ... extra
+    assert store.stats().bytes == sum(a.nbytes for f in rows.values() for a in f.values()) - row_bytes * prefix_rows

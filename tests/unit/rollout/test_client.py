@@ -161,3 +161,25 @@ def test_end_trajectory_lets_the_replica_free_its_prefix_and_ends_the_stickiness
     replica.reported_load = 50  # a trajectory id used again is placed afresh, by load
     asyncio.run(_rollout(client, "t", _screens(1)))
     assert _served([other], "t") == ["r1"]
+
+
+def test_a_branch_goes_to_its_roots_replica_and_ships_only_what_is_new_after_the_fork():
+    root_replica, idle = Replica("r0"), Replica("r1")
+    client = InferenceClient([root_replica, idle])
+    screens = _screens(4)
+    asyncio.run(_rollout(client, "root", screens[:3]))  # the root's prefix: three screens, all shipped once
+    root_replica.reported_load = 50  # a fresh trajectory would go to the idle replica now
+    sent = root_replica.bytes_received
+    client.fork_trajectory("root", "branch")
+    asyncio.run(
+        client.generate("branch", np.zeros(3, np.int32), screens, SamplingParams(), request_id="branch-1")
+    )  # the prefix's three screens and a new one
+    assert _served([root_replica, idle], "branch") == ["r0"]
+    assert root_replica.received[-1] == screens[3].content_hash and len(root_replica.received) == 4
+    assert root_replica.bytes_received - sent == screens[3].pixels.nbytes  # the prefix went by reference
+    assert [q.fork_of for q in root_replica.requests if q.trajectory_id == "branch"] == ["root"]
+    with pytest.raises(ValueError, match="fork_trajectory: trajectory 'branch' has made requests already"):
+        client.fork_trajectory("root", "branch")
+    unforked = InferenceClient([Replica("r2")])  # without the fork, the branch ships its prefix again
+    asyncio.run(unforked.generate("b", np.zeros(3, np.int32), screens, SamplingParams(), request_id="b-1"))
+    assert unforked._endpoints[0].bytes_received == sum(s.pixels.nbytes for s in screens)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from vlrl.mm import PatchRule
+from vlrl.mm import PatchRule, delete_sequences
 from vlrl.records import SeqMeta, image_store_key
 from vlrl.rollout.chat import Segment
 from vlrl.rollout.client import ContextImage
 from vlrl.rollout.protocol import GenerateResult
 from vlrl.rollout.trajectory import Trajectory
-from vlrl.store import LocalStore
+from vlrl.store import LocalStore, WriteLedger
+from vlrl.store.sequence_rows import read_sequences
 
 RULE = PatchRule(min_pixels=56 * 56, max_pixels=112 * 112)
 
@@ -145,3 +148,66 @@ def test_turn_rewards_not_one_per_request_are_refused_before_any_write():
             patch_rule=RULE, turn_rewards=(0.5, 0.5),
         )  # fmt: skip
     assert store.stats().keys == 0
+
+
+def _root_and_branch(prefix_from_root: bool):
+    """A root of two turns and a branch from its turn 1 (its first turn's answer is prompt there,
+    and it samples ``[8, 4]``, whose first token repeats the root's own turn-1 answer), finished
+    into one store: the branch names its root's rows (``prefix_from_root``) or writes all of them."""
+    store = LocalStore()
+    screen_a, screen_b = _image(1), _image(2)
+    root = Trajectory("root")
+    root.set_context(Segment([1, 2, 3, 4], [1]), [screen_a])
+    root.add_generated(_result([9, 9]))
+    root.set_context(Segment([1, 2, 3, 4, 9, 9, 5, 6, 7], [1, 6]), [screen_a, screen_b])
+    root.add_generated(_result([8]))
+    labels = dict(group_id="g", source="s", reward=1.0, success=True, finish="done", patch_rule=RULE)
+    (root_meta,) = root.finish(store, key="seq/root", sample_index=0, **labels)
+    branch = Trajectory("branch")
+    branch.set_context(Segment([1, 2, 3, 4, 9, 9, 5, 6, 7], [1, 6]), [screen_a, screen_b])
+    branch.add_generated(_result([8, 4]))
+    rows = (("seq/root", root.sequences[0].token_ids),) if prefix_from_root else ()
+    (branch_meta,) = branch.finish(
+        store, key="seq/branch", sample_index=1, branch_of=(0, 1), prefix_from=rows, **labels
+    )  # fmt: skip
+    return store, root_meta, branch_meta
+
+
+def test_a_branch_stores_only_the_rows_after_its_roots_and_holds_the_roots_key():
+    store, root, branch = _root_and_branch(prefix_from_root=True)
+    copied_store, _, copied = _root_and_branch(prefix_from_root=False)
+    assert (branch.prefix_key, branch.prefix_tokens) == ("seq/root", 9)  # its prompt: the 8 it sampled is its own
+    assert store.get(["seq/branch"])["seq/branch"]["token_ids"].tolist() == [8, 4]
+    whole = read_sequences(store, [branch], ["token_ids", "logprobs", "loss_mask"])["seq/branch"]
+    as_copied = copied_store.get(["seq/branch"])["seq/branch"]
+    for name, values in whole.items():
+        np.testing.assert_array_equal(values, as_copied[name], err_msg=name)
+    assert copied_store.stats().bytes_put - store.stats().bytes_put == 9 * (4 + 4 + 1)  # ids, logprobs, mask
+    assert store.holds([("seq/root", "seq/branch")]) == [True]
+    assert (branch.num_tokens, copied.num_tokens, copied.prefix_key) == (11, 11, "")
+
+
+def test_a_roots_key_goes_with_the_last_of_its_branches():
+    store, root, branch = _root_and_branch(prefix_from_root=True)
+    root = replace(root, prefix_shared=True)  # as its tree returns it
+    delete_sequences(store, [root])  # a replay buffer kept the branch: the root's rows stay for it
+    assert store.contains(["seq/root"]) == [True]
+    assert read_sequences(store, [branch], ["token_ids"])["seq/branch"]["token_ids"].tolist()[:3] == [1, 2, 3]
+    delete_sequences(store, [branch])
+    assert store.stats().keys == 0  # the root, the branch, their images and tile packs
+
+
+def test_a_failed_branch_write_drops_its_reference_to_the_root():
+    store, _, _ = _root_and_branch(prefix_from_root=True)
+    branch = Trajectory("late")
+    branch.set_context(Segment([1, 2, 3, 4, 9, 9], [1]), [_image(1)])
+    branch.add_generated(_result([3]))
+    ledger = WriteLedger("late branch")
+    branch.finish(
+        store, key="seq/late", group_id="g", source="s", sample_index=2, reward=0.0, success=False,
+        finish="done", patch_rule=RULE, prefix_from=(("seq/root", [1, 2, 3, 4, 9, 9, 5]),), ledger=ledger,
+    )  # fmt: skip
+    assert store.holds([("seq/root", "seq/late")]) == [True]
+    ledger.take_back()  # the tenant's result was thrown away
+    assert store.holds([("seq/root", "seq/late")]) == [False] and store.contains(["seq/late"]) == [False]
+    assert store.holds([("seq/root", "seq/branch")]) == [True]

@@ -344,7 +344,10 @@ class EngineCore:
         self._counts.batched_requests += len(batch)
         self._counts.max_batch_size = max(self._counts.max_batch_size, len(batch))
         for pending in batch:  # looked up now, not at admission: an update may have dropped it since
-            pending.seq.prefix = self._prefixes.get(pending.request.trajectory_id)
+            request = pending.request
+            pending.seq.prefix = self._prefixes.get(request.trajectory_id) or (
+                self._prefixes.get(request.fork_of) if request.fork_of else None
+            )  # a branch's first request continues its root's KV, as far as their tokens agree
         try:
             outcomes = await asyncio.get_running_loop().run_in_executor(
                 self._compute, self._runner.run, [p.seq for p in batch]

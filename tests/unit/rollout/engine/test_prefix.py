@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -103,3 +104,30 @@ def test_forget_and_the_trajectory_bound_drop_prefixes(tiny_path, processor):
 
     reused = run_core(tiny_path, body, max_cached_trajectories=2)
     assert reused["t1"] == 0 and reused["t3"] == 0 and reused["t2"] > 0
+
+
+def test_a_branchs_first_request_continues_its_roots_prefix_and_counts_it(tiny_path, processor):
+    """A branch (``GenerateRequest.fork_of``) shares its root's first turn and goes on with its
+    own second turn: the engine computes only what is new after the fork, answers as from scratch,
+    and its own counters say so."""
+    shots = [screen(320, 240, 30), screen(320, 240, 31)]
+
+    async def body(core):
+        prompt1 = user_turn(processor, "open the File menu", shots[:1])
+        r1 = await core.generate(request(prompt1, (part(shots[0]),), trajectory="root"))
+        prompt2 = next_turn(processor, prompt1, r1, "now click Save", shots[1])
+        images = (part(shots[0], send=False), part(shots[1]))
+        before = core.stats()
+        branch = await core.generate(replace(request(prompt2, images, trajectory="branch"), fork_of="root"))
+        after = core.stats()
+        unforked = await core.generate(request(prompt2, images, trajectory="other"))
+        return prompt1, r1, prompt2, branch, unforked, before, after
+
+    prompt1, r1, prompt2, branch, unforked, before, after = run_core(tiny_path, body)
+    shared = len(prompt1) + len(r1.token_ids) - 1  # the root's cache: its prompt and all it sampled but the last
+    assert branch.reused_prefix_tokens == shared and branch.prefill_tokens == len(prompt2) - shared
+    assert after["reused_prefix_tokens"] - before["reused_prefix_tokens"] == shared
+    assert after["prefill_tokens"] - before["prefill_tokens"] == len(prompt2) - shared
+    assert unforked.reused_prefix_tokens == 0
+    np.testing.assert_array_equal(branch.token_ids, unforked.token_ids)
+    np.testing.assert_allclose(branch.logprobs, unforked.logprobs, atol=1e-4)
