@@ -22,6 +22,7 @@ from vlrl.rollout.agent_loop import AgentLoop
 from vlrl.rollout.engine import EmbeddedEngine
 from vlrl.rollout.loop_setup import LoopSetup
 from vlrl.store.ray_store import RayStore
+from vlrl.store.sequence_rows import read_sequences
 
 SOURCE = DataSource(
     name="click",
@@ -147,7 +148,8 @@ BRANCHING = DataSource(
 def test_a_tree_shares_its_roots_prefix_and_counts_how_its_branches_started(ray_session, engine, store, tiny_path):
     """A branching source's tenant plays a root and branches from its turns on the desktop harness
     (one replay and one fork per point); each branch's prompt is the root's context at its branch
-    turn, token for token, and only its own replies carry loss."""
+    turn, token for token, stored once (the branch keeps the rows after it and a reference to the
+    root's key), and only its own replies carry loss."""
     pool = _pool(LoopSetup(model_path=str(tiny_path), engines=(engine,), store=store))
     try:
         jobs = [(AgentLoop(BRANCHING, seed=11 + i, group_id=f"t{i}", sample_index=0), {"codebase": "desktop"}) for i in range(3)]
@@ -165,8 +167,11 @@ def test_a_tree_shares_its_roots_prefix_and_counts_how_its_branches_started(ray_
         turn = meta.branch_of[1]
         assert 1 <= turn < root.turns and meta.turns <= BRANCHING.agent.max_turns - turn
         assert meta.turn_states[0] == root.turn_states[turn]  # the branch starts on the root's screen there
-        rows = store.get([root.key, meta.key])
         prefix = root.context_lengths[turn]
+        assert (meta.prefix_key, meta.prefix_tokens) == (root.key, prefix)  # stored once, under the root's key
+        assert store.holds([(root.key, meta.key)]) == [True] and root.prefix_shared
+        assert len(store.get([meta.key], ["token_ids"])[meta.key]["token_ids"]) == meta.num_tokens - prefix
+        rows = read_sequences(store, [root, meta], ["token_ids", "loss_mask"])
         np.testing.assert_array_equal(rows[meta.key]["token_ids"][:prefix], rows[root.key]["token_ids"][:prefix])
         assert meta.context_lengths[0] == prefix and not rows[meta.key]["loss_mask"][:prefix].any()
         assert rows[meta.key]["loss_mask"].sum() == meta.num_response_tokens
