@@ -1,5 +1,5 @@
 """``vlrl bench pool``: the Harness Pool against one Ray actor per rollout, and threads against
-blocking on the event loop.
+harness calls one at a time.
 
 Workload: N concurrent episodes of a harness whose every step does blocking I/O (a sleep of a
 lognormal latency, median 30 ms, as a browser or a remote desktop would; ``smoke``: 100 ms) and
@@ -14,7 +14,8 @@ Runs:
   start-up is reported on its own, ``per_rollout_startup_s``);
 - (c) a fixed pool of K plain actors (``ray.util.ActorPool``, the shape of a framework's fixed
   agent-loop workers), each running one episode at a time, started before the timer;
-- (d) the pool at N with harness calls made on the host's event loop instead of threads;
+- (d) the pool at N with its env hosts' harness calls made one at a time instead of side by side
+  on threads;
 - (e) ``sweep``: the pool against one actor per rollout at growing N of concurrent Pillow-desktop
   episodes (64, 256, 1,024; ``smoke``: 8, 16), until the per-rollout actors fail or the machine's
   memory would end (``pool_scale``).

@@ -28,7 +28,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         ),
         Benchmark(
             "pool",
-            "Harness Pool vs one Ray actor per rollout, and thread offload vs blocking the event loop",
+            "Harness Pool vs one Ray actor per rollout at 24 to 1,024 episodes, and harness calls on threads vs one at a time",
             "vlrl.bench.pool_bench",
         ),
         Benchmark(

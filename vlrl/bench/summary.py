@@ -23,7 +23,7 @@ HEADLINES: dict[str, tuple[tuple[str, str], ...]] = {
         ("throughput_ratio", "pool episodes/s / per-rollout actors (their start-up excluded)"),
         ("throughput_ratio_with_startup", "the same, the per-rollout actors' start-up included"),
         ("throughput_ratio_vs_actor_pool", "pool episodes/s / a fixed ray.util.ActorPool of as many actors"),
-        ("thread_offload_ratio", "threads / blocking the event loop"),
+        ("thread_offload_ratio", "harness calls side by side on threads / one at a time"),
         ("core_ms_ratio", "CPU per step, pool / per-rollout actors (every process of the run; medians)"),
         ("ray_hop_share", "CPU of one bare Ray step call / CPU per step of a per-rollout actor"),
     ),
